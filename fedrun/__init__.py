@@ -1,0 +1,1 @@
+"""fedrun: an HPC-native runtime for federated-learning research."""

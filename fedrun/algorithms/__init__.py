@@ -1,0 +1,16 @@
+"""Algorithm registry: ``name -> Algorithm subclass``. One file per algorithm family."""
+
+from __future__ import annotations
+
+from fedrun.algorithms.base import Algorithm
+from fedrun.algorithms.fedavg import FedAvg
+
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg,)}
+
+
+def get_algorithm(name: str) -> type[Algorithm]:
+    """The class registered under ``name``; ``KeyError`` with the known names otherwise."""
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise KeyError(f"unknown algorithm {name!r} (known: {', '.join(sorted(ALGORITHMS))})") from None

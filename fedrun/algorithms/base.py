@@ -1,0 +1,174 @@
+"""The algorithm interface: declared state plus pure tensor rules (ARCHITECTURE.md, seam 1).
+
+An algorithm never sees a rank, a file or a communicator. It declares
+
+* ``server``: vectors and scalars held by the server (rank 0), with initial values;
+* ``client``: vectors and scalars held per client, on the rank that owns the client, whether the
+  paper calls them client memory (SCAFFOLD c_i) or server memory (MIFA G_i);
+* ``down``: the server entries each participating client receives (read at the start of the round);
+* ``up``: what each participating client uploads; the runtime only ever delivers their SUM over the
+  round's participants to the server rule.
+
+and implements four rules over tensors with a leading client dimension ``[C, ...]``:
+
+* ``local_plan``: where local training starts, the gradient correction and the local optimizer;
+* ``client_finish``: from the local result, the upload and the new per-client state;
+* ``server_update``: from the summed uploads, the new server state;
+* ``after_round`` (optional): block-wide bookkeeping for all of a rank's clients, active or not,
+  given the next round's downlink (FedAU's interval counters, FedAWE's model echo).
+
+From the declaration the runtime derives allocation, sharding by client block, the flat reduce and
+broadcast layouts, checkpoint contents and communication accounting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from torch import Tensor
+
+Init = Literal["zeros", "model"] | float
+
+
+@dataclass(frozen=True)
+class Vector:
+    """A model-sized entry ``[d]`` (server) or ``[C, d]`` (client, upload)."""
+
+    name: str
+    init: Init = "zeros"  # "model": the initial global model x^(0)
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """One number (server) or one number per client ``[C]`` (client, upload)."""
+
+    name: str
+    init: float = 0.0
+
+
+Entry = Vector | Scalar
+
+
+@dataclass(frozen=True)
+class Declaration:
+    server: tuple[Entry, ...]
+    client: tuple[Entry, ...] = ()
+    down: tuple[str, ...] = ("x",)
+    up: tuple[Entry, ...] = ()
+
+    def __post_init__(self) -> None:
+        server_names = [e.name for e in self.server]
+        if "x" not in server_names:
+            raise ValueError("an algorithm's server state must contain the global model 'x'")
+        for name in self.down:
+            if name not in server_names:
+                raise ValueError(f"downlink entry {name!r} is not a server entry")
+        for group in (self.server, self.client, self.up):
+            names = [e.name for e in group]
+            if len(set(names)) != len(names):
+                raise ValueError(f"duplicate entry names in {names}")
+
+    def floats(self, entries: tuple[Entry, ...] | list[Entry], dim: int) -> int:
+        """Number of floats in one copy of ``entries`` for a model of dimension ``dim``."""
+        return sum(dim if isinstance(e, Vector) else 1 for e in entries)
+
+    def down_entries(self) -> list[Entry]:
+        by_name = {e.name: e for e in self.server}
+        return [by_name[n] for n in self.down]
+
+
+@dataclass
+class AMSGrad:
+    """Local AMSGrad (FAdamGC, ALGORITHMS.md section 5): moments of the corrected gradient."""
+
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+
+@dataclass
+class LocalPlan:
+    """What a block of C participating clients does locally this round (ALGORITHMS.md 0.3).
+
+    Each step k: ``g`` raw minibatch gradient (clipped if configured), direction
+    ``g + correction`` (+ weight decay), optimizer step scaled by ``lr * lr_scale``.
+    """
+
+    start: Tensor  # [C, d] starting points
+    correction: Tensor | None = None  # [C, d] added to every raw gradient
+    lr_scale: float = 1.0  # FedSUM's 1/N
+    move: bool = True  # False: K gradients at the starting point (FedSUM-B)
+    optimizer: Literal["sgd"] | AMSGrad = "sgd"
+    optimizer_state: dict[str, Tensor] | None = None  # persisted local optimizer state, [C, d] each
+
+
+@dataclass
+class LocalResult:
+    x_end: Tensor  # [C, d]
+    grad_mean: Tensor  # [C, d] mean of the RAW minibatch gradients over the local steps
+    loss: Tensor  # [C] mean minibatch loss over the local steps
+    optimizer_state: dict[str, Tensor] = field(default_factory=dict)  # final state of AMSGrad
+
+
+@dataclass
+class Clients:
+    """What the rules may know about the clients they act on (all tensors ``[C]``)."""
+
+    ids: Tensor  # global client ids
+    num_examples: Tensor  # n_i (float, run dtype)
+    participations: Tensor  # rounds in which the client took part before this one
+    last_active: Tensor  # last round it took part in before this one, -1 if never
+    probability: Tensor | None = None  # known participation probability p_i^t, when the pattern has one
+
+
+@dataclass
+class RoundContext:
+    round: int  # t, 0-based
+    lr: float  # eta_l(t)
+    num_clients: int  # N
+    num_active: int  # |S_t| (all ranks)
+    local_steps: int  # K (nominal)
+    dim: int  # d
+
+
+class Algorithm:
+    """Base class. Subclasses set ``name``, ``Hparams`` and implement the rules."""
+
+    name: ClassVar[str]
+    Hparams: ClassVar[type]
+
+    def __init__(self, hparams: object) -> None:
+        self.hp = hparams
+
+    def declare(self) -> Declaration:
+        raise NotImplementedError
+
+    def local_plan(self, down: dict[str, Tensor], state: dict[str, Tensor], clients: Clients,
+                   ctx: RoundContext) -> LocalPlan:
+        """Default: plain local SGD from the downloaded global model."""
+        return LocalPlan(start=down["x"].expand(len(clients.ids), -1).clone())
+
+    def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
+                      clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        raise NotImplementedError
+
+    def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
+                      ctx: RoundContext) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def after_round(self, down_next: dict[str, Tensor], state: dict[str, Tensor], active: Tensor,
+                    ctx: RoundContext) -> dict[str, Tensor]:
+        """Block-wide update of every local client's state; ``active`` is a bool ``[C_block]`` mask."""
+        return state
+
+
+def model_delta(local: LocalResult, down: dict[str, Tensor]) -> Tensor:
+    """Delta_i = x_i^(t,K) - x^(t), signed as movement (ALGORITHMS.md 0.2)."""
+    return local.x_end - down["x"]
+
+
+def rows(mask_or_weights: Tensor) -> Tensor:
+    """Broadcast a ``[C]`` tensor against ``[C, d]``."""
+    return mask_or_weights.unsqueeze(-1)
+

@@ -1,0 +1,368 @@
+"""Typed run configuration: a dataclass tree loaded from YAML plus dotted overrides.
+
+Every field has a type and a default; loading checks types, rejects unknown keys and runs each
+section's ``check`` so that a bad value fails before any rank starts training, with one line that
+names the field (``local.lr: expected a number > 0, got -1``).
+
+The ``algorithm`` section is open-ended: ``name`` selects an algorithm and the remaining keys are
+validated against that algorithm's own ``Hparams`` dataclass (see ``fedrun.algorithms``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and what was expected."""
+
+
+# --------------------------------------------------------------------------------------------- sections
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    dir: str = "runs/{name}"  # run directory; "{name}" and "{seed}" are filled in
+    seed: int = 0
+    rounds: int = 100
+    dtype: Literal["float32", "float64"] = "float32"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int = 1  # torch intra-op threads per rank
+    timeout_s: float = 120.0  # collective / rendezvous timeout: a missing peer is an error after this
+    log_every: int = 1  # progress line every this many rounds (rank 0)
+
+    def check(self) -> None:
+        require(self.rounds >= 1, "run.rounds", "an integer >= 1", self.rounds)
+        require(self.threads >= 1, "run.threads", "an integer >= 1", self.threads)
+        require(self.timeout_s > 0, "run.timeout_s", "a number > 0", self.timeout_s)
+        require(self.log_every >= 1, "run.log_every", "an integer >= 1", self.log_every)
+        require(self.seed >= 0, "run.seed", "an integer >= 0", self.seed)
+
+
+@dataclass
+class SyntheticConfig:
+    """Class-conditional Gaussian images or features (BENCHMARKS.md W1/W2), generated from the run seed."""
+
+    shape: list[int] = field(default_factory=lambda: [3, 32, 32])  # [C, H, W] or [features]
+    num_classes: int = 10
+    examples_per_client: int = 50
+    test_examples: int = 1000
+    noise: float = 1.0  # std of the Gaussian around each class mean
+
+    def check(self) -> None:
+        require(len(self.shape) in (1, 3) and all(s >= 1 for s in self.shape), "data.synthetic.shape",
+                 "[features] or [channels, height, width] of positive integers", self.shape)
+        require(self.num_classes >= 2, "data.synthetic.num_classes", "an integer >= 2", self.num_classes)
+        require(self.examples_per_client >= 1, "data.synthetic.examples_per_client", "an integer >= 1",
+                 self.examples_per_client)
+        require(self.test_examples >= 1, "data.synthetic.test_examples", "an integer >= 1",
+                 self.test_examples)
+        require(self.noise > 0, "data.synthetic.noise", "a number > 0", self.noise)
+
+
+@dataclass
+class LeastSquaresConfig:
+    """f_i(x) = 1/(2 m) ||A_i x - b_i||^2, generated from the seed or loaded from a .npz (A, b, x0)."""
+
+    file: str | None = None  # .npz with A [N, m, d], b [N, m], optional x0 [d]
+    rows_per_client: int = 8  # m
+    dim: int = 5  # d
+    heterogeneity: float = 1.0  # scale of the per-client shift of b_i (0: every client has the same x*)
+    noise: float = 0.1
+
+    def check(self) -> None:
+        require(self.rows_per_client >= 1, "data.least_squares.rows_per_client", "an integer >= 1",
+                 self.rows_per_client)
+        require(self.dim >= 1, "data.least_squares.dim", "an integer >= 1", self.dim)
+        require(self.heterogeneity >= 0, "data.least_squares.heterogeneity", "a number >= 0",
+                 self.heterogeneity)
+        require(self.noise >= 0, "data.least_squares.noise", "a number >= 0", self.noise)
+
+
+@dataclass
+class DataConfig:
+    name: str = "mnist5k"  # see fedrun.data.DATASETS
+    root: str | None = None  # local data root for on-disk datasets
+    num_clients: int = 100
+    partition: str = "dirichlet"  # see fedrun.data.partition.PARTITIONERS
+    alpha: float = 0.3  # Dirichlet concentration over labels
+    test_fraction: float = 0.2  # held-out share for datasets without a test split
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    least_squares: LeastSquaresConfig = field(default_factory=LeastSquaresConfig)
+
+    def check(self) -> None:
+        require(self.num_clients >= 1, "data.num_clients", "an integer >= 1", self.num_clients)
+        require(self.alpha > 0, "data.alpha", "a number > 0", self.alpha)
+        require(0 < self.test_fraction < 1, "data.test_fraction", "a number in (0, 1)", self.test_fraction)
+
+
+@dataclass
+class ModelConfig:
+    name: str = "cnn_mnist"  # see fedrun.models.MODELS
+
+    def check(self) -> None:
+        pass
+
+
+@dataclass
+class LocalConfig:
+    """The local solver every client runs (ALGORITHMS.md 0.3) and its optimizer extras."""
+
+    steps: int = 10  # K local steps per round
+    epochs: int | None = None  # if set, K_i = epochs * ceil(n_i / batch_size) (FedAdamom's local_ep)
+    batch_size: int = 32
+    lr: float = 0.05  # eta_l, or eta_0 of a schedule
+    lr_schedule: Literal["constant", "inv_sqrt", "exponential"] = "constant"
+    lr_decay: float = 0.998  # per-round factor of the exponential schedule
+    weight_decay: float = 0.0
+    grad_clip: float = 0.0  # clip each raw gradient to this L2 norm; 0 disables
+    momentum: float = 0.0  # local heavy-ball momentum, reset every round
+    strategy: Literal["auto", "sequential", "vmap"] = "auto"
+
+    def check(self) -> None:
+        require(self.steps >= 1, "local.steps", "an integer >= 1", self.steps)
+        require(self.epochs is None or self.epochs >= 1, "local.epochs", "null or an integer >= 1",
+                 self.epochs)
+        require(self.batch_size >= 1, "local.batch_size", "an integer >= 1", self.batch_size)
+        require(self.lr >= 0, "local.lr", "a number >= 0", self.lr)
+        require(0 < self.lr_decay <= 1, "local.lr_decay", "a number in (0, 1]", self.lr_decay)
+        require(self.weight_decay >= 0, "local.weight_decay", "a number >= 0", self.weight_decay)
+        require(self.grad_clip >= 0, "local.grad_clip", "a number >= 0 (0 disables)", self.grad_clip)
+        require(0 <= self.momentum < 1, "local.momentum", "a number in [0, 1)", self.momentum)
+
+
+@dataclass
+class ParticipationConfig:
+    """Which clients take part in each round (ALGORITHMS.md section 1.1)."""
+
+    pattern: str = "uniform"  # see fedrun.federation.participation.PATTERNS
+    clients_per_round: int = 10  # S
+    probability: float | None = None  # Bernoulli p for every client (default S / N)
+    trace: str | None = None  # boolean [T, N] array (.npy or .csv) for pattern "trace"
+
+    def check(self) -> None:
+        require(self.clients_per_round >= 1, "participation.clients_per_round", "an integer >= 1",
+                 self.clients_per_round)
+        require(self.probability is None or 0 < self.probability <= 1, "participation.probability",
+                 "null or a number in (0, 1]", self.probability)
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10  # evaluate the global model on the test set every this many rounds (and at the end)
+    batch_size: int = 1000
+
+    def check(self) -> None:
+        require(self.every >= 0, "eval.every", "an integer >= 0 (0: only at the end)", self.every)
+        require(self.batch_size >= 1, "eval.batch_size", "an integer >= 1", self.batch_size)
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 0  # write a checkpoint every this many rounds (0: only at the end and on signals)
+    keep: int = 3  # keep this many newest checkpoint files
+
+    def check(self) -> None:
+        require(self.every >= 0, "checkpoint.every", "an integer >= 0", self.every)
+        require(self.keep >= 1, "checkpoint.keep", "an integer >= 1", self.keep)
+
+
+@dataclass
+class AlgorithmConfig:
+    """``name`` plus the algorithm's own hyperparameters (a dataclass instance, validated on load)."""
+
+    name: str = "fedavg"
+    hparams: Any = None
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
+    participation: ParticipationConfig = field(default_factory=ParticipationConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def run_dir(self) -> Path:
+        return Path(self.run.dir.format(name=self.run.name, seed=self.run.seed))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        algo = out.pop("algorithm")
+        out["algorithm"] = {"name": algo["name"], **(algo["hparams"] or {})}
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML file (or start from defaults), apply ``section.key=value`` overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0]
+            raise ConfigError(f"{path}: not valid YAML ({first})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+        data = loaded or {}
+    for item in overrides:
+        apply_override(data, item)
+    return config_from_dict(data)
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set ``a.b.c=value`` in a nested dict; the value is parsed as YAML (numbers, lists, null)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: expected section.key=value")
+    key, raw = item.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"override {item!r}: expected section.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {item!r}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Build and validate a :class:`Config`; raises :class:`ConfigError` naming the first bad field."""
+    from fedrun.algorithms import get_algorithm  # the registry validates the algorithm section
+
+    data = dict(data)
+    algo_raw = data.pop("algorithm", None) or {}
+    if not isinstance(algo_raw, dict):
+        raise ConfigError(f"algorithm: expected a mapping, got {algo_raw!r}")
+    cfg = build_dataclass(Config, data, "")
+    algo_raw = dict(algo_raw)
+    name = algo_raw.pop("name", "fedavg")
+    if not isinstance(name, str):
+        raise ConfigError(f"algorithm.name: expected a string, got {name!r}")
+    try:
+        algorithm = get_algorithm(name)
+    except KeyError as exc:
+        raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
+    hparams = build_dataclass(algorithm.Hparams, algo_raw, "algorithm")
+    cfg.algorithm = AlgorithmConfig(name=name, hparams=hparams)
+    check_all(cfg)
+    return cfg
+
+
+def check_all(obj: Any) -> None:
+    """Run ``check()`` of every section, depth first."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            check_all(value)
+        elif isinstance(value, AlgorithmConfig) and dataclasses.is_dataclass(value.hparams):
+            check_all(value.hparams)
+    if hasattr(obj, "check"):
+        obj.check()
+
+
+def build_dataclass(cls: type, data: Any, where: str) -> Any:
+    """Recursively build dataclass ``cls`` from a dict, checking keys and value types."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        allowed = ", ".join(sorted(names))
+        raise ConfigError(f"{_join(where, unknown[0])}: unknown key (allowed: {allowed})")
+    kwargs = {}
+    for name in names:
+        if name in data:
+            kwargs[name] = _coerce(hints[name], data[name], _join(where, name))
+    obj = cls(**kwargs)
+    return obj
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return build_dataclass(tp, value, where)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as exc:
+                errors.append(exc)
+        expected = " or ".join(_describe(a) for a in args)
+        raise ConfigError(f"{where}: expected {expected}, got {value!r}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: expected one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"{where}: unsupported config type {tp!r}")
+
+
+def _describe(tp: Any) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+            type(None): "null"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def require(ok: bool, name: str, expected: str, got: Any) -> None:
+    """Raise ``ConfigError("name: expected ..., got ...")`` unless ``ok``; used by every ``check``."""
+    if not ok:
+        raise ConfigError(f"{name}: expected {expected}, got {got!r}")
