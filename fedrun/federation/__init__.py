@@ -1,0 +1,1 @@
+"""The round loop, client blocks, participation patterns and delay metrics."""
