@@ -114,5 +114,5 @@ class ClientBlock:
         rows = np.where(mask, rows, self.offsets[local][:, None, None])
         sizes = mask.sum(axis=-1)
         return Batches(index=torch.from_numpy(rows).to(self.device),
-                       mask=torch.from_numpy(np.ascontiguousarray(mask)).to(self.device),
+                       mask=torch.from_numpy(np.array(mask)).to(self.device),
                        sizes=torch.from_numpy(sizes).to(self.device), steps=k_i)
