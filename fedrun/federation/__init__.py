@@ -1,1 +1,1 @@
-"""The round loop, client blocks, participation patterns and delay metrics."""
+"""Federation layer: the round loop, participation patterns and delay metrics."""
