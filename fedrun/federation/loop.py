@@ -28,6 +28,7 @@ from fedrun.data import load_task
 from fedrun.data.builtin import least_squares_x0
 from fedrun.data.client_block import ClientBlock
 from fedrun.data.partition import partition
+from fedrun.errors import NumericalError
 from fedrun.federation.blocks import assign_blocks
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.participation import make_participation
@@ -47,15 +48,12 @@ from fedrun.training.schedule import local_lr
 _UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1))
 
 
-class NumericalError(RuntimeError):
-    """The global model or a client's upload became NaN or Inf."""
-
-
 @dataclass
 class RunResult:
     x: np.ndarray  # final global model, flat, in the model's parameter order
     metrics: list[dict[str, Any]] = field(default_factory=list)  # per-round records (rank 0)
     config: Config | None = None
+    rank: int = 0
 
 
 class Federation:
@@ -243,7 +241,7 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
             if bar is not None:
                 bar.update(entry)
     x = fed.global_model().detach().cpu().numpy().copy()
-    return RunResult(x=x, metrics=fed.metrics.records, config=cfg)
+    return RunResult(x=x, metrics=fed.metrics.records, config=cfg, rank=world.rank)
 
 
 def _to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> Tensor:

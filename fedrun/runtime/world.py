@@ -32,6 +32,7 @@ class World:
     device: torch.device
     backend: str  # "gloo", "nccl" or "none" (single process)
     comm: Any = None  # mpi4py communicator, or None without MPI
+    store: Any = None  # the rendezvous TCPStore, kept alive until every rank has left the group
 
     @property
     def is_root(self) -> bool:
@@ -48,8 +49,13 @@ class World:
         os._exit(code)
 
     def close(self) -> None:
+        """Leave the process group together: no rank tears down its sockets while a peer still uses them."""
         if dist.is_initialized():
+            dist.barrier()
             dist.destroy_process_group()
+        if self.comm is not None and self.size > 1:
+            self.comm.Barrier()
+        self.store = None
 
 
 def _int_env(name: str) -> int | None:
@@ -110,7 +116,8 @@ def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
         torch.cuda.set_device(dev)
     dist.init_process_group(backend=backend, store=store, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=timeout_s))
-    return World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend, comm=comm)
+    return World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend, comm=comm,
+                 store=store)
 
 
 def _split_type_shared() -> int:

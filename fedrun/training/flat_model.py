@@ -32,7 +32,7 @@ class FlatModel:
 
     def params(self, x: Tensor) -> dict[str, Tensor]:
         out, offset = {}, 0
-        for name, shape, size in zip(self.names, self.shapes, self.sizes):
+        for name, shape, size in zip(self.names, self.shapes, self.sizes, strict=True):
             out[name] = x[offset:offset + size].view(shape)
             offset += size
         return out
