@@ -82,7 +82,8 @@ class _Layout:
 
 
 _IDX_MARKERS = ("train-images-idx3-ubyte|train-images-idx3-ubyte.gz",)
-_IDX_FILES = ("{train,t10k}-images-idx3-ubyte[.gz] and {train,t10k}-labels-idx1-ubyte[.gz]")
+_IDX_FILES = ("train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and "
+              "t10k-labels-idx1-ubyte (each optionally .gz)")
 
 _LAYOUTS: dict[str, _Layout] = {
     "mnist": _Layout(("mnist", "MNIST/raw", ""), _IDX_MARKERS, _IDX_FILES),
