@@ -70,14 +70,6 @@ def remove_stale_temporaries(run_dir: Path) -> list[Path]:
     return removed
 
 
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def fsync_directory(path: Path) -> None:
     """Make a rename in ``path`` durable. Some network file systems refuse; that is not an error."""
     try:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,6 @@ from .files import (
     checkpoint_name,
     checkpoint_round,
     fsync_directory,
-    fsync_file,
     list_checkpoints,
     prune,
     remove_stale_temporaries,
@@ -90,8 +90,102 @@ def _crc(data: Any, crc: int = 0) -> int:
     return zlib.crc32(data, crc)
 
 
+# CRC-32 of a concatenation from the CRCs of its parts, so the dataset CRC costs no second pass
+# over the data: crc(A + B) = (crc(A) * x^(8 len B) mod P) ^ crc(B), in zlib's bit-reflected form.
+_POLY = 0xEDB88320
+
+
+def _mul_mod_p(a: int, b: int) -> int:
+    """a * b modulo the CRC-32 polynomial (bit-reflected: 1 << 31 is x^0)."""
+    product = 0
+    bit = 1 << 31
+    while a:
+        if a & bit:
+            product ^= b
+            a ^= bit
+        bit >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+    return product
+
+
+_X_POW_2K = [1 << 30]  # x^(2^k) mod P for k = 0..63
+for _ in range(63):
+    _X_POW_2K.append(_mul_mod_p(_X_POW_2K[-1], _X_POW_2K[-1]))
+
+
+@lru_cache(maxsize=64)
+def _x_pow_8n(n: int) -> int:
+    """x^(8 n) mod P: the effect of appending n bytes on a CRC register."""
+    result, k = 1 << 31, 3
+    while n:
+        if n & 1:
+            result = _mul_mod_p(_X_POW_2K[k], result)
+        n >>= 1
+        k += 1
+    return result
+
+
+def _crc_combine(crc_a: int, crc_b: int, len_b: int) -> int:
+    """CRC-32 of A + B from crc32(A), crc32(B) and len(B) in bytes."""
+    return _mul_mod_p(_x_pow_8n(len_b), crc_a) ^ crc_b if len_b else crc_a
+
+
 def _default_rows_per_chunk(row_bytes: int) -> int:
     return max(1, _CHUNK_TARGET_BYTES // max(1, row_bytes))
+
+
+class _GuardedFile:
+    """The writer's file, handed to HDF5 as a Python file object.
+
+    A failed write(2) (full disk, quota, EFBIG) is recorded here and hidden from HDF5, which then
+    finishes and closes normally; the writer raises the recorded error and deletes the file. This
+    matters: after a write error inside HDF5, closing the file can crash the process (seen with
+    h5py 3.16 / HDF5 2.0), and an error could otherwise surface only at close, rounds later.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._f = open(path, "w+b", buffering=0)  # closed by close()
+        self.error: OSError | None = None
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self._f.seek(pos, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def read(self, n: int = -1) -> bytes:
+        return self._f.read(n)
+
+    def readinto(self, buf: Any) -> int:
+        return self._f.readinto(buf)
+
+    def write(self, buf: Any) -> int:
+        view = memoryview(buf).cast("B")
+        if self.error is None:
+            try:
+                done = 0
+                while done < len(view):
+                    done += self._f.write(view[done:])
+            except OSError as e:
+                self.error = e
+        return len(view)
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return self._f.truncate(size)
+            except OSError as e:
+                self.error = e
+        return self._f.tell() if size is None else size
+
+    def flush(self) -> None:
+        pass
+
+    def fsync(self) -> None:
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
 
 
 @dataclass
@@ -104,6 +198,7 @@ class _RowStream:
     next_row: int = 0
     crc: int = 0
     block_crc: int = 0
+    block_bytes: int = 0
     blocks: list[int] = field(default_factory=list)
 
     def finish(self) -> None:
@@ -145,6 +240,7 @@ class CheckpointWriter:
         self.path = self.run_dir / checkpoint_name(self.round)
         self.tmp_path = self.run_dir / temporary_name(self.round)
         self._streams: dict[str, _RowStream] = {}
+        self._raw: _GuardedFile | None = None
         self._file: h5py.File | None = None
         self._done = False
         try:
@@ -153,7 +249,8 @@ class CheckpointWriter:
         except OSError as e:
             raise CheckpointError(f"cannot write checkpoints into {self.run_dir}: {_one_line(e)}") from e
         with self._failure("creating the file"):
-            self._file = h5py.File(self.tmp_path, "w", libver=_LIBVER, locking=False)
+            self._raw = _GuardedFile(self.tmp_path)
+            self._file = h5py.File(self._raw, "w", libver=_LIBVER)
         try:
             meta = {
                 "round": np.int64(self.round),
@@ -190,6 +287,9 @@ class CheckpointWriter:
         except CheckpointError:
             raise
         except (OSError, RuntimeError, ValueError, KeyError) as e:
+            raise CheckpointError(f"cannot write checkpoint {self.path} ({what}): {_one_line(e)}") from e
+        if self._raw is not None and self._raw.error is not None:
+            e = self._raw.error
             raise CheckpointError(f"cannot write checkpoint {self.path} ({what}): {_one_line(e)}") from e
 
     def _h5(self) -> h5py.File:
@@ -289,14 +389,16 @@ class CheckpointWriter:
         with self._failure(f"writing {path} rows {start}:{stop}"):
             self._h5()
             s.dataset[start:stop] = arr
-            s.crc = _crc(arr, s.crc)
             row = start
-            while row < stop:  # split at chunk boundaries for the per-block checksums
+            while row < stop:  # one CRC per chunk; the dataset's CRC is combined from them
                 end = min(stop, (row // s.block_rows + 1) * s.block_rows)
-                s.block_crc = _crc(arr[row - start : end - start], s.block_crc)
+                piece = arr[row - start : end - start]
+                s.block_crc = _crc(piece, s.block_crc)
+                s.block_bytes += piece.nbytes
                 if end % s.block_rows == 0 or end == s.num_rows:
                     s.blocks.append(s.block_crc)
-                    s.block_crc = 0
+                    s.crc = _crc_combine(s.crc, s.block_crc, s.block_bytes)
+                    s.block_crc = s.block_bytes = 0
                 row = end
             s.next_row = stop
             if stop == s.num_rows:
@@ -316,8 +418,10 @@ class CheckpointWriter:
             with self._failure("closing the file"):
                 f.flush()
                 f.close()
+            with self._failure("syncing it to disk"):
                 self._done = True
-                fsync_file(self.tmp_path)
+                self._raw.fsync()
+                self._raw.close()
             with self._failure("renaming it into place"):
                 os.replace(self.tmp_path, self.path)
                 fsync_directory(self.run_dir)
@@ -330,11 +434,12 @@ class CheckpointWriter:
     def abort(self) -> None:
         """Drop the temporary; existing checkpoints are untouched. Safe to call more than once."""
         self._done = True
-        if self._file is not None:
-            try:
-                self._file.close()
-            except Exception:  # the file may be unusable after a failed write; it is deleted anyway
-                pass
+        for obj in (self._file, self._raw):
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:  # the file may be unusable after a failed write; it is deleted anyway
+                    pass
         try:
             self.tmp_path.unlink()
         except OSError:
@@ -348,8 +453,7 @@ class CheckpointReader:
     """Open a checkpoint for reading; checks the format version and the ``meta`` entries on open.
 
     ``meta`` is a dict with round (the next round to run), config, format_version, algorithm,
-    num_clients, dim and created. Reading is read-only and without HDF5 file locking (a final
-    checkpoint is never open for writing), so many ranks may read one file at once.
+    num_clients, dim and created. Any number of ranks may read one file at once.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -360,7 +464,7 @@ class CheckpointReader:
                 what = "is a directory, not a checkpoint file"
             raise CheckpointError(f"{self.path}: {what}")
         try:
-            self._file = h5py.File(self.path, "r", locking=False)
+            self._file = h5py.File(self.path, "r")
         except (OSError, RuntimeError, ValueError) as e:
             raise CheckpointError(f"{self.path}: not a readable HDF5 file ({_one_line(e)})") from e
         try:
@@ -516,12 +620,15 @@ class CheckpointReader:
         with self._reading(path):
             for lo in range(0, n, step):
                 data = ds[lo : min(n, lo + step)]
-                crc = _crc(data, crc)
                 if blocks is None:
+                    crc = _crc(data, crc)
                     continue
                 for row in range(lo, lo + len(data), b):
-                    if _crc(data[row - lo : row - lo + b]) != int(blocks[row // b]):
+                    piece = data[row - lo : row - lo + b]
+                    block_crc = _crc(piece)
+                    if block_crc != int(blocks[row // b]):
                         raise self._error(f"checksum mismatch in {path} rows {row}:{min(row + b, n)}")
+                    crc = _crc_combine(crc, block_crc, piece.nbytes)
         if crc != expected:
             raise self._error(f"checksum mismatch in {path}")
 
