@@ -248,10 +248,10 @@ class CheckpointWriter:
             remove_stale_temporaries(self.run_dir)
         except OSError as e:
             raise CheckpointError(f"cannot write checkpoints into {self.run_dir}: {_one_line(e)}") from e
-        with self._failure("creating the file"):
-            self._raw = _GuardedFile(self.tmp_path)
-            self._file = h5py.File(self._raw, "w", libver=_LIBVER)
         try:
+            with self._failure("creating the file"):
+                self._raw = _GuardedFile(self.tmp_path)
+                self._file = h5py.File(self._raw, "w", libver=_LIBVER)
             meta = {
                 "round": np.int64(self.round),
                 "config": config or "",
