@@ -14,7 +14,6 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-
 from conftest import LEAST_SQUARES, REPO, child_env, mpiexec, run_ranks
 
 pytestmark = pytest.mark.mpi
