@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from fedrun.algorithms.base import Algorithm
+from fedrun.algorithms.fadamgc import FAdamGC
 from fedrun.algorithms.fedavg import FedAvg
+from fedrun.algorithms.fedsum import FedSum, FedSumB, FedSumCR
+from fedrun.algorithms.scaffold import Scaffold
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg,)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
+    FedAvg,
+    FedSumB, FedSum, FedSumCR, Scaffold, FAdamGC,
+)}
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
