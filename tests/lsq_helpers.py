@@ -123,3 +123,10 @@ def per_round(fed: Federation, rounds: int, read) -> list[Any]:
         fed.round(t)
         out.append(read(fed))
     return out
+
+
+def run_single(cfg: dict[str, Any]):
+    """``fedrun.run`` on one process without MPI or files; the RunResult."""
+    import fedrun
+
+    return fedrun.run(cfg, world=single_world(), write_files=False)

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-
-import fedrun
 import reference_a as ref
-from fedrun.algorithms import get_algorithm
-from fedrun.algorithms.base import Clients, RoundContext
-from fedrun.config import ConfigError
-from fedrun.training.schedule import local_lr
+import torch
 from lsq_helpers import (
     N,
     bernoulli_trace,
@@ -22,9 +16,14 @@ from lsq_helpers import (
     problem,
     resolve,
     run_rounds,
-    single_world,
+    run_single,
     x_star,
 )
+
+from fedrun.algorithms import get_algorithm
+from fedrun.algorithms.base import Clients, RoundContext
+from fedrun.config import ConfigError
+from fedrun.training.schedule import local_lr
 
 VARIANTS = [("fedsum_b", {}), ("fedsum", {}), ("fedsum_cr", {"cr_form": "cumulative"}),
             ("fedsum_cr", {"cr_form": "constant"})]
@@ -37,9 +36,9 @@ def models(fed, rounds):
 
 def test_fedsum_b_full_participation_is_gradient_descent():
     """Item 2: x+ = x - eta_g eta_l(t) K (1/N) sum_i grad f_i(x), here with a decaying eta_l(t)."""
-    cfg = lsq_config("fedsum_b", "local.steps=3", "local.lr=0.1", "local.lr_schedule=inv_sqrt", "run.rounds=12",
-                     global_lr=0.7)
-    got = fedrun.run(cfg, world=single_world(), write_files=False).x
+    cfg = lsq_config("fedsum_b", "local.steps=3", "local.lr=0.1", "local.lr_schedule=inv_sqrt",
+                     "run.rounds=12", global_lr=0.7)
+    got = run_single(cfg).x
     c = resolve(cfg)
     x = np.zeros(5)
     for t in range(12):
@@ -61,8 +60,8 @@ def test_k1_collapse_under_partial_participation():
 def test_k1_full_participation_equals_fedavg(name, hp):
     """Item 4: K = 1 and full participation reduce to FedAvg (SGD with step eta_g eta_l)."""
     common = ("local.steps=1", "local.lr=0.2", "local.lr_schedule=inv_sqrt", "run.rounds=10")
-    x_avg = fedrun.run(lsq_config("fedavg", *common, global_lr=0.8), world=single_world(), write_files=False).x
-    x = fedrun.run(lsq_config(name, *common, global_lr=0.8, **hp), world=single_world(), write_files=False).x
+    x_avg = run_single(lsq_config("fedavg", *common, global_lr=0.8)).x
+    x = run_single(lsq_config(name, *common, global_lr=0.8, **hp)).x
     np.testing.assert_allclose(x, x_avg, rtol=0, atol=1e-12)
 
 
@@ -88,7 +87,8 @@ def test_memory_sum_invariant_every_round(name, hp):
         fed.round(t)
         h = fed.store.tensors["h"]
         torch.testing.assert_close(fed.server["y"], h.sum(dim=0), rtol=0, atol=1e-12)
-        assert bool((h[~torch.as_tensor(trace[: t + 1].any(axis=0))] == 0).all()), "never-seen clients: h_i = 0"
+        never_seen = ~torch.as_tensor(trace[: t + 1].any(axis=0))
+        assert bool((h[never_seen] == 0).all()), "a never-seen client has h_i = 0"
 
 
 def _clients_and_ctx(fed, t, lr):
@@ -134,7 +134,8 @@ def test_cr_inversion_recovers_average_memory(form):
                 ybar = window.sum(axis=0) / (t - a_i)
             else:
                 ybar = (weights[:, None] * window).sum(axis=0) / weights.sum()
-            np.testing.assert_allclose(correction[i].numpy(), ybar - state["h"][i].numpy(), rtol=0, atol=1e-11)
+            want = ybar - state["h"][i].numpy()
+            np.testing.assert_allclose(correction[i].numpy(), want, rtol=0, atol=1e-11)
             checked += 1
         fed.round(t)
         ys.append(fed.server["y"].numpy().copy())
@@ -191,7 +192,8 @@ def test_data_size_weighting_rules_with_unequal_sizes():
     total, num = 40.0, 4
     clients = Clients(ids=torch.arange(3), num_examples=n, participations=torch.zeros(3),
                       last_active=torch.full((3,), -1))
-    ctx = RoundContext(round=0, lr=0.1, num_clients=num, num_active=3, local_steps=2, dim=5, total_examples=total)
+    ctx = RoundContext(round=0, lr=0.1, num_clients=num, num_active=3, local_steps=2, dim=5,
+                       total_examples=total)
     down = {"x": torch.randn(5, dtype=torch.float64), "y": torch.randn(5, dtype=torch.float64)}
     state = {"h": torch.randn(3, 5, dtype=torch.float64)}
     plan = algo.local_plan(down, state, clients, ctx)
@@ -211,10 +213,10 @@ def test_data_size_weighting_rules_with_unequal_sizes():
     ("fedsum_b", {}, 5, 5), ("fedsum", {}, 5, 10), ("fedsum_cr", {"cr_form": "constant"}, 5, 5),
     ("fedsum_cr", {"cr_form": "cumulative"}, 5, 6)])
 def test_communication_per_active_client(name, hp, up, down):
-    """Section 8: up 1 vector; down 1 (FedSUM-B, CR; + the scalar C_t in the cumulative form) or 2 (FedSUM)."""
-    cfg = lsq_config(name, "run.rounds=3", "participation.pattern=uniform", "participation.clients_per_round=2",
-                     **hp)
-    for entry in fedrun.run(cfg, world=single_world(), write_files=False).metrics:
+    """Section 8: up 1 vector; down 1 (FedSUM-B, CR; + the scalar C_t of the cumulative form), 2 (FedSUM)."""
+    cfg = lsq_config(name, "run.rounds=3", "participation.pattern=uniform",
+                     "participation.clients_per_round=2", **hp)
+    for entry in run_single(cfg).metrics:
         assert entry["uplink_floats"] == 2 * up and entry["downlink_floats"] == 2 * down
 
 
