@@ -154,6 +154,12 @@ def test_drift_free_reaches_x_star(name, hp, pattern):
     assert np.linalg.norm(x - x_star(cfg)) < 1e-8
 
 
+def test_fedavg_drifts_on_the_same_problem():
+    """Item 14 (contrast for item 15): FedAvg with K = 5 settles away from x* on this problem."""
+    cfg = lsq_config("fedavg", "local.lr=0.2")
+    assert np.linalg.norm(run_rounds(federation(cfg), 100) - x_star(cfg)) > 1e-2
+
+
 @pytest.mark.parametrize(("name", "hp"), VARIANTS, ids=IDS)
 def test_empty_round_stale_step_or_skip(name, hp):
     """2.6: an empty S_t still steps along the stale y (default); skip_empty_rounds leaves x and y."""
