@@ -72,6 +72,7 @@ class Federation:
         parts = partition(task, cfg.data, seed)
         self.num_clients = len(parts)
         sizes = np.array([len(p) for p in parts], dtype=np.int64)
+        self.total_examples = float(sizes.sum())
         self.blocks = assign_blocks(sizes, world.size)
         self.first, stop = self.blocks[world.rank]
         self.block = ClientBlock(task, parts[self.first:stop], self.first, world.device, self.dtype)
@@ -150,7 +151,7 @@ class Federation:
         num_active = int(active.sum())
         lr = local_lr(cfg.local, t)
         ctx = RoundContext(round=t, lr=lr, num_clients=self.num_clients, num_active=num_active,
-                           local_steps=cfg.local.steps, dim=self.dim)
+                           local_steps=cfg.local.steps, dim=self.dim, total_examples=self.total_examples)
         # 2. this round's downlink
         down = self.down_layout.unpack(self.down_buf, self.down_scalars)
         down = {k: v for k, v in down.items() if not k.startswith("_")}
