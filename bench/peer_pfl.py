@@ -123,7 +123,8 @@ def run(workload: str = "W1", partition: str = "dirichlet", log=None, **wl_overr
 
     def make_dataset(uid):
         x, y = clients[uid]
-        return Dataset(raw_data=[np.array(x), np.array(y)], user_id=uid)  # copy out of the mmap
+        # torch tensors (copied out of the mmap): pfl would turn numpy labels into float32 tensors
+        return Dataset(raw_data=[torch.from_numpy(np.array(x)), torch.from_numpy(np.array(y))], user_id=uid)
 
     train_data = FederatedDataset(make_dataset, ScheduleSampler())
     backend = SimulatedBackend(training_data=train_data, val_data=train_data)
@@ -167,10 +168,11 @@ def run(workload: str = "W1", partition: str = "dirichlet", log=None, **wl_overr
     train_params = NNTrainHyperParams(
         local_num_epochs=wl.local_epochs, local_learning_rate=wl.local_lr, local_batch_size=wl.local_batch)
 
+    test_set = Dataset(raw_data=[torch.from_numpy(np.array(x_test)), torch.from_numpy(np.array(y_test))])
     FederatedAveraging().run(
         algorithm_params=algorithm_params, backend=backend, model=model,
         model_train_params=train_params, model_eval_params=eval_params,
-        callbacks=[RoundEval(Dataset(raw_data=[np.array(x_test), np.array(y_test)]), eval_params),
+        callbacks=[RoundEval(test_set, eval_params),
                    Stopwatch()],
         send_metrics_to_platform=False,
     )
