@@ -20,6 +20,7 @@ virtual environment can import it by putting the repository root on ``sys.path``
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -145,8 +146,11 @@ def generate(wl: Workload, partition: str = "dirichlet", seed: int = DATA_SEED) 
 
 
 def _cache_paths(wl: Workload, partition: str, seed: int, cache_dir: Path) -> dict[str, Path]:
+    # every field the generator reads is in the name, so a changed workload never reads a stale cache
+    data_fields = (wl.input_shape, wl.num_classes, wl.dirichlet_alpha, wl.mean_scale, wl.noise_std)
+    digest = hashlib.sha1(repr(data_fields).encode()).hexdigest()[:8]
     tag = (f"{wl.name}_{partition}_s{seed}_n{wl.num_clients}x{wl.examples_per_client}"
-           f"_t{wl.test_size}_v{CACHE_VERSION}")
+           f"_t{wl.test_size}_{digest}_v{CACHE_VERSION}")
     return {k: cache_dir / f"{tag}_{k}.npy" for k in ("x_train", "y_train", "x_test", "y_test")}
 
 
