@@ -126,6 +126,7 @@ class LocalConfig:
     grad_clip: float = 0.0  # clip each raw gradient to this L2 norm; 0 disables
     momentum: float = 0.0  # local heavy-ball momentum, reset every round
     strategy: Literal["auto", "sequential", "vmap"] = "auto"
+    shuffle: bool = True  # False: every epoch visits a client's examples in stored order (benchmarks)
 
     def check(self) -> None:
         require(self.steps >= 1, "local.steps", "an integer >= 1", self.steps)

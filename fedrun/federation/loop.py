@@ -215,7 +215,7 @@ class Federation:
         state = self.store.gather(rows)
         plan = self.algorithm.local_plan(down, state, clients, ctx)
         batches = self.block.batches(local_active, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps,
-                                     cfg.local.epochs)
+                                     cfg.local.epochs, cfg.local.shuffle)
         if self.strategy == "vmap":
             oracle = vmap_oracle(self.model, self.loss_fn, self.block, batches)
         else:
