@@ -19,9 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import base_parser, overrides, result_line, summarize_round_times  # noqa: F401
-
 import workloads
+from common import base_parser, overrides, result_line
 
 REPO = Path(__file__).resolve().parents[1]
 

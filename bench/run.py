@@ -78,7 +78,8 @@ def main() -> None:
                        "|---|---|---|---|---|---|---|", *rows])
     print(table)
     if args.record:
-        stamp = f"{datetime.date.today()} on {platform.node()} ({os.cpu_count()} cores, {platform.processor() or 'cpu'})"
+        machine = f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}"
+        stamp = f"{datetime.date.today()} on {platform.node()} ({machine})"
         with (BENCH / "RESULTS.md").open("a") as fh:
             fh.write(f"\n## {stamp}, {args.reps} repetitions\n\n{table}\n")
 
