@@ -95,7 +95,7 @@ class LocalPlan:
     ``g + correction`` (+ weight decay), optimizer step scaled by ``lr * lr_scale``.
     """
 
-    start: Tensor  # [C, d] starting points
+    start: Tensor  # [C, d] starting points (may be a broadcast view: the solver works on a copy)
     correction: Tensor | None = None  # [C, d] added to every raw gradient
     lr_scale: float | Tensor = 1.0  # FedSUM's 1/N; a [C] tensor scales each client's steps separately
     move: bool = True  # False: K gradients at the starting point (FedSUM-B)
@@ -148,7 +148,7 @@ class Algorithm:
     def local_plan(self, down: dict[str, Tensor], state: dict[str, Tensor], clients: Clients,
                    ctx: RoundContext) -> LocalPlan:
         """Default: plain local SGD from the downloaded global model."""
-        return LocalPlan(start=down["x"].expand(len(clients.ids), -1).clone())
+        return LocalPlan(start=down["x"].expand(len(clients.ids), -1))
 
     def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
                       clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

@@ -73,7 +73,7 @@ class FAdamGC(Algorithm):
 
     def local_plan(self, down: dict[str, Tensor], state: dict[str, Tensor], clients: Clients,
                    ctx: RoundContext) -> LocalPlan:
-        start = down["x"].expand(len(clients.ids), -1).clone()
+        start = down["x"].expand(len(clients.ids), -1)
         moments = {k: state[k] for k in MOMENTS} if self.hp.persist_moments else None  # None: zeros
         adam = AMSGrad(self.hp.beta1, self.hp.beta2, self.hp.eps)
         return LocalPlan(start=start, correction=down["y"] - state["y_i"], optimizer=adam,

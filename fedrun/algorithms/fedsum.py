@@ -107,7 +107,7 @@ class _FedSumFamily(Algorithm):
 
     def local_plan(self, down: dict[str, Tensor], state: dict[str, Tensor], clients: Clients,
                    ctx: RoundContext) -> LocalPlan:
-        start = down["x"].expand(len(clients.ids), -1).clone()
+        start = down["x"].expand(len(clients.ids), -1)
         if not self.moves:
             return LocalPlan(start=start, move=False)
         # each step: x <- x - (eta_l / N)(g + Y_i - h_i)      (2.4: y_i = Y_i - h_i)

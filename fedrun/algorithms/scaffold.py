@@ -63,7 +63,7 @@ class Scaffold(Algorithm):
 
     def local_plan(self, down: dict[str, Tensor], state: dict[str, Tensor], clients: Clients,
                    ctx: RoundContext) -> LocalPlan:
-        start = down["x"].expand(len(clients.ids), -1).clone()
+        start = down["x"].expand(len(clients.ids), -1)
         return LocalPlan(start=start, correction=down["c"] - state["c_i"])
 
     def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,

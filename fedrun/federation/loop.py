@@ -221,7 +221,8 @@ class Federation:
         else:
             oracle = sequential_oracle(self.model, self.loss_fn, self.block, batches, ids, cfg.run.seed, t,
                                        reseed=self.random_model)
-        local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local)
+        local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local,
+                          group_size=None if self.strategy == "vmap" else 1)
         up, new_state = self.algorithm.client_finish(down, state, local, clients, ctx)
         self.store.scatter(rows, new_state)
         sums = {name: value.sum(dim=0) for name, value in up.items()}

@@ -39,3 +39,24 @@ class FlatModel:
 
     def forward(self, x: Tensor, inputs: Tensor) -> Tensor:
         return functional_call(self.module, self.params(x), (inputs,))
+
+    def gradient(self, x: Tensor, inputs: Tensor, targets: Tensor, loss_fn, out: Tensor) -> Tensor:
+        """Mean loss at ``x`` on one minibatch; its gradient is written into the flat ``out`` [d].
+
+        The module's parameters are pointed at slices of ``x`` (no copy) and ``backward`` runs on the
+        module itself, the cost of a plain PyTorch training step (autograd through views of one flat
+        leaf would add a d-sized accumulation per parameter).
+        """
+        params = list(self.module.parameters())
+        offset = 0
+        for p, shape, size in zip(params, self.shapes, self.sizes, strict=True):
+            p.data = x[offset:offset + size].view(shape)
+            p.grad = None
+            offset += size
+        value = loss_fn(self.module(inputs), targets).mean()
+        value.backward()
+        offset = 0
+        for p, size in zip(params, self.sizes, strict=True):
+            out[offset:offset + size].copy_(p.grad.reshape(-1))
+            offset += size
+        return value.detach()

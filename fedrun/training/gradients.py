@@ -1,4 +1,4 @@
-"""Gradient oracles: minibatch gradients of C clients at C points, ``g, loss = oracle(x, k)``.
+"""Gradient oracles: minibatch gradients of a group of clients at their points, ``g, loss = oracle(x, rows, k)``.
 
 Two strategies compute the same arithmetic:
 
@@ -22,27 +22,25 @@ from fedrun.data.client_block import Batches, ClientBlock, hash_keys
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn
 
-Oracle = Callable[[Tensor, int], tuple[Tensor, Tensor]]
+Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, rows, step) -> (g, loss)
 
 
 def sequential_oracle(model: FlatModel, loss_fn: LossFn, block: ClientBlock, batches: Batches,
                       client_ids: np.ndarray, seed: int, round_: int, reseed: bool) -> Oracle:
     sizes = batches.sizes.cpu().numpy()
 
-    def oracle(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        g = torch.zeros_like(x)
+    def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
+        g = torch.empty_like(x)
         loss = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
-        for c in range(x.shape[0]):
+        for j, c in enumerate(range(rows.start, rows.stop)):
             b = int(sizes[c, k])
             if b == 0:
+                g[j].zero_()
                 continue
             idx = batches.index[c, k, :b]
             if reseed:
                 torch.manual_seed(int(hash_keys(seed, round_, client_ids[c], k) >> np.uint64(1)))
-            xc = x[c].detach().requires_grad_(True)
-            value = loss_fn(model.forward(xc, block.x[idx]), block.y[idx]).mean()
-            (g[c],) = torch.autograd.grad(value, xc)
-            loss[c] = value.detach()
+            loss[j] = model.gradient(x[j], block.x[idx], block.y[idx], loss_fn, out=g[j])
         return g, loss
 
     return oracle
@@ -56,8 +54,8 @@ def vmap_oracle(model: FlatModel, loss_fn: LossFn, block: ClientBlock, batches: 
 
     batched = vmap(grad_and_value(client_loss))
 
-    def oracle(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        idx = batches.index[:, k]
-        return batched(x, block.x[idx], block.y[idx], batches.mask[:, k])
+    def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
+        idx = batches.index[rows, k]
+        return batched(x, block.x[idx], block.y[idx], batches.mask[rows, k])
 
     return oracle

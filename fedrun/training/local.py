@@ -10,6 +10,10 @@ Each step k of client i, with g the raw minibatch gradient at the current local 
 
 It returns the end points, the mean of the raw gradients (SCAFFOLD's c_i+, FedSUM's h_i) and the
 mean loss. Clients with fewer local steps than others (epochs mode) are frozen once they finish.
+
+The clients are processed in groups of rows: one group of all C rows for the vectorized oracle, one
+row at a time for the sequential one, so that a client's K steps run back to back on vectors that
+stay in cache (the arithmetic per row is the same either way). Updates are in place on row views.
 """
 
 from __future__ import annotations
@@ -22,54 +26,81 @@ from fedrun.config import LocalConfig
 from fedrun.training.gradients import Oracle
 
 
-def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig) -> LocalResult:
-    """``step_active`` [C, K] bool: whether client c takes step k."""
+def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig,
+              group_size: int | None = None) -> LocalResult:
+    """``step_active`` [C, K] bool: whether client c takes step k; ``group_size`` rows per oracle call."""
     x = plan.start.clone()
-    num_steps = step_active.shape[1]
-    ragged = not bool(step_active.all())
+    num_clients = x.shape[0]
     grad_sum = torch.zeros_like(x)
-    loss_sum = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+    loss_sum = torch.zeros(num_clients, dtype=x.dtype, device=x.device)
     step = lr * plan.lr_scale
     if isinstance(step, Tensor):  # per-client scale [C]
         step = step.to(x.dtype).unsqueeze(1)
     amsgrad = plan.optimizer if isinstance(plan.optimizer, AMSGrad) else None
-    state = dict(plan.optimizer_state or {})
+    state: dict[str, Tensor] = {}
     if amsgrad is not None:
+        state = {key: value.clone() for key, value in (plan.optimizer_state or {}).items()}
         for key in ("m", "v", "vhat"):
             state.setdefault(key, torch.zeros_like(x))
-    elif cfg.momentum > 0:
+    elif cfg.momentum > 0 and plan.move:
         state = {"momentum": torch.zeros_like(x)}
-    for k in range(num_steps):
-        g, loss = oracle(x, k)
-        if cfg.grad_clip > 0:
-            norms = g.norm(dim=1, keepdim=True)
-            g = g * torch.clamp(cfg.grad_clip / norms.clamp_min(1e-30), max=1.0)
-        active = step_active[:, k].to(x.dtype).unsqueeze(1)
-        grad_sum += g * active if ragged else g
-        loss_sum += loss * active[:, 0] if ragged else loss
-        if not plan.move:
-            continue
-        u = g if plan.correction is None else g + plan.correction
-        if cfg.weight_decay > 0:
-            u = u + cfg.weight_decay * x
-        if amsgrad is not None:
-            new = _amsgrad_step(state, u, amsgrad)
-            direction = new["m"] / (new["vhat"].sqrt() + amsgrad.eps)
-            for key, value in new.items():
-                state[key] = state[key] + active * (value - state[key]) if ragged else value
-        elif cfg.momentum > 0:
-            buf = cfg.momentum * state["momentum"] + u
-            state["momentum"] = state["momentum"] + active * (buf - state["momentum"]) if ragged else buf
-            direction = buf
-        else:
-            direction = u
-        x = x - step * (active * direction if ragged else direction)
+    group = group_size or num_clients
+    for start in range(0, num_clients, group):
+        rows = slice(start, min(num_clients, start + group))
+        _run_rows(rows, x, grad_sum, loss_sum, {k: v[rows] for k, v in state.items()}, plan,
+                  step[rows] if isinstance(step, Tensor) else step, step_active[rows], oracle, amsgrad, cfg)
     counts = step_active.sum(dim=1).clamp_min(1).to(x.dtype)
     return LocalResult(x_end=x, grad_mean=grad_sum / counts.unsqueeze(1), loss=loss_sum / counts,
                        optimizer_state=state if amsgrad is not None else {})
 
 
-def _amsgrad_step(state: dict[str, Tensor], u: Tensor, opt: AMSGrad) -> dict[str, Tensor]:
+def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state: dict[str, Tensor],
+              plan: LocalPlan, step: float | Tensor, active_steps: Tensor, oracle: Oracle,
+              amsgrad: AMSGrad | None, cfg: LocalConfig) -> None:
+    xs, gs, ls = x[rows], grad_sum[rows], loss_sum[rows]
+    correction = None if plan.correction is None else plan.correction[rows]
+    ragged = not bool(active_steps.all())
+    for k in range(active_steps.shape[1]):
+        g, loss = oracle(xs, rows, k)
+        if cfg.grad_clip > 0:
+            norms = g.norm(dim=1, keepdim=True)
+            g = g * torch.clamp(cfg.grad_clip / norms.clamp_min(1e-30), max=1.0)
+        mask = active_steps[:, k].to(x.dtype).unsqueeze(1) if ragged else None
+        gs.add_(g * mask if ragged else g)
+        ls.add_(loss * mask[:, 0] if ragged else loss)
+        if not plan.move:
+            continue
+        u = g if correction is None else g + correction
+        if cfg.weight_decay > 0:
+            u = u + cfg.weight_decay * xs
+        if amsgrad is not None:
+            direction = _amsgrad_step(state, u, amsgrad, mask)
+        elif "momentum" in state:
+            buf = cfg.momentum * state["momentum"] + u
+            _assign(state["momentum"], buf, mask)
+            direction = buf
+        else:
+            direction = u
+        if ragged:
+            direction = direction * mask
+        if isinstance(step, Tensor):
+            xs.sub_(step * direction)
+        else:
+            xs.sub_(direction, alpha=step)
+
+
+def _assign(target: Tensor, value: Tensor, mask: Tensor | None) -> None:
+    """``target <- value`` on the rows whose step is active (all rows when ``mask`` is None)."""
+    if mask is None:
+        target.copy_(value)
+    else:
+        target.add_(mask * (value - target))
+
+
+def _amsgrad_step(state: dict[str, Tensor], u: Tensor, opt: AMSGrad, mask: Tensor | None) -> Tensor:
     m = opt.beta1 * state["m"] + (1 - opt.beta1) * u
     v = opt.beta2 * state["v"] + (1 - opt.beta2) * u * u
-    return {"m": m, "v": v, "vhat": torch.maximum(state["vhat"], v)}
+    vhat = torch.maximum(state["vhat"], v)
+    for key, value in (("m", m), ("v", v), ("vhat", vhat)):
+        _assign(state[key], value, mask)
+    return m / (vhat.sqrt() + opt.eps)
