@@ -12,6 +12,7 @@ One round t, on every rank (ARCHITECTURE.md, "the one-sentence shape"):
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from fedrun.training.gradients import sequential_oracle, vmap_oracle
 from fedrun.training.local import run_local
 from fedrun.training.losses import loss_for
 from fedrun.training.schedule import local_lr
+from fedrun.training.strategy import time_strategies
 
 # runtime entries appended to the algorithm's uplink: training-loss sum, non-finite uploads, stop signals
 _UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1), ("_signal", 1))
@@ -111,7 +113,7 @@ class Federation:
 
         self.participation = make_participation(cfg.participation, self.num_clients, seed, cfg.run.rounds)
         self.delay = DelayTracker(self.num_clients)
-        self.strategy = self._choose_strategy()
+        self.strategy, self.strategy_timings = self._choose_strategy(x0)
         self.start_round = 0
         self.metrics = MetricsLog(run_dir if world.is_root else None)
 
@@ -131,14 +133,25 @@ class Federation:
     def _numel(self, entry: Any) -> int:
         return 1 if isinstance(entry, Scalar) else self.dim
 
-    def _choose_strategy(self) -> str:
+    def _choose_strategy(self, x0: Tensor) -> tuple[str, dict[str, float]]:
+        """``local.strategy``, or for ``auto`` the fastest on rank 0's timing (the same on every rank)."""
         requested = self.cfg.local.strategy
         if requested == "vmap" and self.random_model:
-            raise ValueError(f"local.strategy=vmap: model {self.cfg.model.name} uses dropout, whose "
-                             "per-client random streams need local.strategy=sequential")
+            raise ConfigError(f"local.strategy: model {self.cfg.model.name} uses dropout, whose per-client "
+                              "random streams need local.strategy=sequential")
         if requested != "auto":
-            return requested
-        return "sequential" if self.random_model or self.dim > 100_000 else "vmap"
+            return requested, {}
+        if self.random_model:
+            return "sequential", {}
+        timings: dict[str, float] = {}
+        if self.world.is_root:
+            cohort = self.cfg.participation.clients_per_round
+            if self.cfg.participation.pattern == "full":
+                cohort = self.num_clients
+            timings = time_strategies(self.model, self.loss_fn, self.block, x0, self.cfg.local,
+                                      -(-cohort // self.world.size), self.cfg.run.seed)
+        timings = self.world.broadcast_object(timings)
+        return min(timings, key=timings.get), timings
 
     # ------------------------------------------------------------------------------------ one round
 
@@ -272,6 +285,15 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     elif run_dir is not None and list_checkpoints(run_dir):
         raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
                           "--resume auto or choose another run.dir")
+    if world.is_root:
+        runtime = {"ranks": world.size, "device": str(world.device), "backend": world.backend,
+                   "blocks": fed.blocks, "dim": fed.dim, "local_strategy": fed.strategy,
+                   "strategy_timings_s": fed.strategy_timings, "start_round": fed.start_round}
+        if run_dir is not None:
+            (run_dir / "runtime.json").write_text(json.dumps(runtime, indent=1) + "\n")
+        if progress:
+            timings = ", ".join(f"{k} {v:.4f} s" for k, v in fed.strategy_timings.items())
+            print(f"fedrun: local strategy {fed.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
     bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
     every = cfg.checkpoint.every
     with StopSignals() as signals:
