@@ -18,7 +18,6 @@ from conftest import LEAST_SQUARES, REPO, child_env, mpiexec, run_ranks
 
 pytestmark = pytest.mark.mpi
 
-# algorithms with per-client state are added here as they land (see tests/test_resume_stateful below)
 BASE = [*LEAST_SQUARES, "data.num_clients=7", "local.steps=3", "local.lr=0.05",
         "participation.pattern=uniform", "participation.clients_per_round=3"]
 
@@ -74,12 +73,22 @@ def kill_after(args: list[str], run_dir: Path, rounds_done: int, ranks: int = 2)
     proc.wait()
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_sigkill_then_resume_is_bit_identical(tmp_path, seed):
-    extra = [f"run.seed={seed}", "checkpoint.every=1"]
-    rounds = 150
+# algorithms whose per-client state must survive the restart (and FedAvg, which has none)
+STATEFUL = {
+    "scaffold": ["algorithm.name=scaffold"],
+    "fedsum_cr": ["algorithm.name=fedsum_cr", "local.lr_schedule=inv_sqrt"],
+    "mifa": ["algorithm.name=mifa"],
+    "fadamgc": ["algorithm.name=fadamgc", "algorithm.persist_moments=true", "local.lr=0.01"],
+    "fedavg": ["algorithm.name=fedavg"],
+}
+
+
+@pytest.mark.parametrize("algorithm, seed", [(name, i) for i, name in enumerate(STATEFUL, start=1)])
+def test_sigkill_then_resume_is_bit_identical(tmp_path, algorithm, seed):
+    extra = [f"run.seed={seed}", "checkpoint.every=1", *STATEFUL[algorithm]]
+    rounds = 80
     run_ranks(2, train_args(tmp_path / "whole", rounds, extra))
-    cut = random.Random(seed).randrange(10, 60)
+    cut = random.Random(seed).randrange(10, 50)
     kill_after(train_args(tmp_path / "cut", rounds, extra), tmp_path / "cut", cut)
     assert final_state(tmp_path / "cut")["meta/round"] < rounds
     run_ranks(2, train_args(tmp_path / "cut", rounds, extra, resume=True))
@@ -88,9 +97,11 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, seed):
 
 @pytest.mark.parametrize("ranks", [1, 3])
 def test_resume_on_a_different_number_of_ranks(tmp_path, ranks):
-    run_ranks(2, train_args(tmp_path / "whole", 30, []))
-    run_ranks(2, train_args(tmp_path / "elastic", 12, []))
-    run_ranks(ranks, train_args(tmp_path / "elastic", 30, [], resume=True))
+    """SCAFFOLD's c_i rows are re-blocked: 7 clients on 2 ranks become 1 block or 3 blocks."""
+    extra = ["algorithm.name=scaffold"]
+    run_ranks(2, train_args(tmp_path / "whole", 30, extra))
+    run_ranks(2, train_args(tmp_path / "elastic", 12, extra))
+    run_ranks(ranks, train_args(tmp_path / "elastic", 30, extra, resume=True))
     assert_same_run(tmp_path / "whole", tmp_path / "elastic", exact=False, rtol=1e-10)
 
 

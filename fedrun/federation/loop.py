@@ -13,6 +13,7 @@ One round t, on every rank (ARCHITECTURE.md, "the one-sentence shape"):
 from __future__ import annotations
 
 import json
+import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,15 +286,10 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     elif run_dir is not None and list_checkpoints(run_dir):
         raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
                           "--resume auto or choose another run.dir")
-    if world.is_root:
-        runtime = {"ranks": world.size, "device": str(world.device), "backend": world.backend,
-                   "blocks": fed.blocks, "dim": fed.dim, "local_strategy": fed.strategy,
-                   "strategy_timings_s": fed.strategy_timings, "start_round": fed.start_round}
-        if run_dir is not None:
-            (run_dir / "runtime.json").write_text(json.dumps(runtime, indent=1) + "\n")
-        if progress:
-            timings = ", ".join(f"{k} {v:.4f} s" for k, v in fed.strategy_timings.items())
-            print(f"fedrun: local strategy {fed.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
+    runtime = RuntimeLog(fed, run_dir)
+    if world.is_root and progress:
+        timings = ", ".join(f"{k} {v:.4f} s" for k, v in fed.strategy_timings.items())
+        print(f"fedrun: local strategy {fed.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
     bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
     every = cfg.checkpoint.every
     with StopSignals() as signals:
@@ -306,12 +302,45 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
             stop = fed.stop_code == STOP_SIGNAL
             last = t + 1 == cfg.run.rounds
             if run_dir is not None and (stop or last or (every > 0 and (t + 1) % every == 0)):
+                started = time.perf_counter()
                 path = snapshot.save(fed, t + 1)
+                runtime.checkpoint_written(t + 1, path, time.perf_counter() - started)
                 if stop:
                     raise RunInterrupted(f"stopped by a signal after round {t}; checkpoint {path}; "
                                          "resume with --resume auto")
+    runtime.finish()
     x = fed.global_model().detach().cpu().numpy().copy()
     return RunResult(x=x, metrics=fed.metrics.records, config=cfg, rank=world.rank)
+
+
+class RuntimeLog:
+    """``runtime.json`` in the run directory: ranks, device, blocks, the local strategy and its timings,
+    checkpoint write times and sizes, and every rank's peak resident memory at the end."""
+
+    def __init__(self, fed: Federation, run_dir: Path | None) -> None:
+        self.fed, self.world = fed, fed.world
+        self.path = None if run_dir is None or not fed.world.is_root else run_dir / "runtime.json"
+        self.data: dict[str, Any] = {
+            "ranks": fed.world.size, "device": str(fed.world.device), "backend": fed.world.backend,
+            "blocks": fed.blocks, "dim": fed.dim, "client_state_bytes_per_rank": fed.store.nbytes,
+            "local_strategy": fed.strategy, "strategy_timings_s": fed.strategy_timings,
+            "start_round": fed.start_round, "checkpoints": [],
+        }
+        self._write()
+
+    def checkpoint_written(self, next_round: int, path: Path | None, seconds: float) -> None:
+        size = path.stat().st_size if path is not None and path.exists() else None
+        self.data["checkpoints"].append({"round": next_round, "write_s": round(seconds, 4), "bytes": size})
+        self._write()
+
+    def finish(self) -> None:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB -> MiB on Linux
+        self.data["peak_rss_mib_per_rank"] = self.world.gather_object(round(peak, 1))
+        self._write()
+
+    def _write(self) -> None:
+        if self.path is not None:
+            self.path.write_text(json.dumps(self.data, indent=1) + "\n")
 
 
 def _to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> Tensor:

@@ -52,6 +52,16 @@ class World:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def gather_object(self, obj: Any) -> list[Any] | None:
+        """Every rank's ``obj`` as a list on rank 0 (None elsewhere); control plane only."""
+        if self.size == 1:
+            return [obj]
+        if self.comm is not None:
+            return self.comm.gather(obj, root=0)
+        out = [None] * self.size if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
     def abort(self, code: int = 1) -> None:
         """End every rank of the job now (used when one rank fails, so that no peer hangs)."""
         if self.comm is not None and self.size > 1:
