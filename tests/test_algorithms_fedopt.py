@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _ls_b import config, federation, with_algorithm
+from lsq import config, federation, run_single
 
-import fedrun
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import RoundContext
 from fedrun.algorithms.fedadamom import adaptive_beta1
@@ -19,6 +18,7 @@ from fedrun.config import ConfigError
 from fedrun.state.store import init_server
 
 D = 7
+B = ("run.seed=3", "local.lr=0.2")  # the least-squares instance and local lr of the runtime tests below
 
 
 def make(name: str, **hp):
@@ -74,11 +74,11 @@ def test_one_vector_each_way(name):
 
 def test_bad_hyperparameters_name_the_field():
     with pytest.raises(ConfigError, match="algorithm.beta2"):
-        fedrun.run(config({"name": "fedyogi", "beta2": 1.0}), write_files=False)
+        run_single(config("fedyogi", *B, beta2=1.0))
     with pytest.raises(ConfigError, match="algorithm.v_init"):
-        fedrun.run(config({"name": "fedadam", "v_init": "ones"}), write_files=False)
+        run_single(config("fedadam", *B, v_init="ones"))
     with pytest.raises(ConfigError, match="algorithm.eps"):
-        fedrun.run(config({"name": "fedadamom", "eps": 0.0}), write_files=False)
+        run_single(config("fedadamom", *B, eps=0.0))
 
 
 @pytest.mark.parametrize("name", ["fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedadamom"])
@@ -95,10 +95,9 @@ def test_empty_round_changes_nothing(name):
 
 
 def test_fedavgm_beta0_is_fedavg_with_server_lr():
-    base = config("fedavg", rounds=12, pattern="uniform")
-    x_m = fedrun.run(with_algorithm(base, {"name": "fedavgm", "beta": 0.0, "global_lr": 0.7}),
-                     write_files=False).x
-    x_a = fedrun.run(with_algorithm(base, {"name": "fedavg", "global_lr": 0.7}), write_files=False).x
+    common = (*B, "run.rounds=12", "participation.pattern=uniform")
+    x_m = run_single(config("fedavgm", *common, beta=0.0, global_lr=0.7)).x
+    x_a = run_single(config("fedavg", *common, global_lr=0.7)).x
     assert np.abs(x_m - x_a).max() < 1e-12
 
 
@@ -125,8 +124,8 @@ def test_fedadam_beta0_is_sign_step():
 
 
 def test_fedadam_sign_step_through_the_runtime():
-    fed = federation(config({"name": "fedadam", "beta1": 0.0, "beta2": 0.0, "tau": 0.0, "v_init": "zero",
-                             "global_lr": 0.05}, rounds=4))
+    fed = federation(config("fedadam", *B, "run.rounds=4", beta1=0.0, beta2=0.0, tau=0.0, v_init="zero",
+                            global_lr=0.05))
     for t in range(4):
         x_before = fed.server["x"].clone()
         fed.round(t)
@@ -203,9 +202,9 @@ def test_fedadamom_equal_magnitudes_give_fedavg_steps():
 
 def test_fedadamom_in_one_dimension_is_fedavg_with_server_lr():
     """(a) through the runtime: d = 1 makes v constant across coordinates."""
-    base = config("fedavg", rounds=10, pattern="uniform", dim=1)
-    x_m = fedrun.run(with_algorithm(base, {"name": "fedadamom", "global_lr": 0.6}), write_files=False).x
-    x_a = fedrun.run(with_algorithm(base, {"name": "fedavg", "global_lr": 0.6}), write_files=False).x
+    common = (*B, "run.rounds=10", "participation.pattern=uniform", "data.least_squares.dim=1")
+    x_m = run_single(config("fedadamom", *common, global_lr=0.6)).x
+    x_a = run_single(config("fedavg", *common, global_lr=0.6)).x
     assert x_m.shape == (1,) and abs(x_m[0] - x_a[0]) < 1e-12
 
 

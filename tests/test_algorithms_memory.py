@@ -11,9 +11,19 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from _ls_b import N, bernoulli_mask, config, federation, problem, run_rounds, with_algorithm, x_fedavg, x_star
+from lsq import (
+    N,
+    assert_tracks_clients,
+    bernoulli_trace,
+    client_grads,
+    config,
+    federation,
+    run_rounds,
+    run_single,
+    x_fedavg,
+    x_star,
+)
 
-import fedrun
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import Clients, LocalResult, RoundContext
 from fedrun.algorithms.fedau import interval_weight
@@ -28,30 +38,23 @@ MEMORY_LIKE = [
 ]
 
 
+B = ("run.seed=3", "local.lr=0.2")  # the least-squares instance and local lr these tests were written on
+
+
 def ids(algos):
     return ["-".join(str(v) for v in a.values()) for a in algos]
-
-
-def final_x(cfg):
-    return fedrun.run(cfg, write_files=False).x
 
 
 # ----------------------------------------------------------------------------- reductions to FedAvg
 
 
+@pytest.mark.parametrize(("steps", "rounds"), [(5, 15), (1, 10)], ids=["K5", "K1"])
 @pytest.mark.parametrize("algo", MEMORY_LIKE, ids=ids(MEMORY_LIKE))
-def test_full_participation_equals_fedavg(algo):
-    """Items 5, 6, 7: every memory is refreshed each round, omega = 1, c_i = 1 and x~_i = x."""
-    base = config("fedavg", rounds=15, steps=5, lr=0.3)
-    assert np.abs(final_x(with_algorithm(base, algo)) - final_x(base)).max() < 1e-12
-
-
-def test_one_local_step_full_participation_all_equal_fedavg():
-    """Item 4 (this branch's algorithms): K = 1 and full participation."""
-    base = config("fedavg", rounds=10, steps=1, lr=0.3)
-    x_avg = final_x(base)
-    for algo in MEMORY_LIKE:
-        assert np.abs(final_x(with_algorithm(base, algo)) - x_avg).max() < 1e-12, algo
+def test_full_participation_equals_fedavg(algo, steps, rounds):
+    """Items 5, 6, 7: every memory is refreshed each round, omega = 1, c_i = 1 and x~_i = x; with K = 1
+    this is item 4 for these algorithms."""
+    common = (*B, f"run.rounds={rounds}", f"local.steps={steps}", "local.lr=0.3")
+    assert np.abs(run_single(config(algo, *common)).x - run_single(config("fedavg", *common)).x).max() < 1e-12
 
 
 # ------------------------------------------------------------------------- fixed point x_FA (14/16)
@@ -65,8 +68,8 @@ CONVERGENCE = [("fedavg", "full"), ("mifa", "full"), ("mifa", "bernoulli"), ("fe
 def test_converges_to_the_biased_fedavg_point(name, pattern):
     """FedAvg (full), MIFA and FedVARP (full and Bernoulli(0.5)) reach x_FA = (I - Mbar)^{-1} cbar != x*."""
     rounds = 100
-    cfg = config(name, rounds=rounds, steps=5, lr=0.3)
-    mask = bernoulli_mask(rounds, 0.5) if pattern == "bernoulli" else None
+    cfg = config(name, *B, f"run.rounds={rounds}", "local.steps=5", "local.lr=0.3")
+    mask = bernoulli_trace(rounds, 0.5, seed=11) if pattern == "bernoulli" else None
     x = run_rounds(federation(cfg, mask), rounds)
     x_fa, x_opt = x_fedavg(cfg), x_star(cfg)
     print(f"{name}/{pattern}: ||x - x_FA|| = {np.linalg.norm(x - x_fa):.1e}, "
@@ -79,10 +82,10 @@ def test_converges_to_the_biased_fedavg_point(name, pattern):
 
 
 def test_mifa_code_form_steps_on_empty_rounds_and_others_do_not():
-    mask = bernoulli_mask(6, 0.6)
+    mask = bernoulli_trace(6, 0.6, seed=11)
     mask[3] = False
     for algo, moves in [("mifa", True), ("fedvarp", False), ("fedau", False), ("fedawe", False)]:
-        fed = federation(config(algo, rounds=6), mask)
+        fed = federation(config(algo, *B, "run.rounds=6"), mask)
         run_rounds(fed, 3)
         before = fed.server["x"].clone()
         fed.round(3)
@@ -93,29 +96,25 @@ def test_mifa_code_form_steps_on_empty_rounds_and_others_do_not():
 
 
 def test_mifa_memory_sum_matches_client_memories():
-    mask = bernoulli_mask(12, 0.4)
-    fed = federation(config("mifa", rounds=12), mask)
-
-    def check(fed, t):
-        assert torch.allclose(fed.server["g_sum"], fed.store.tensors["g"].sum(dim=0), rtol=0, atol=1e-13)
-
-    run_rounds(fed, 12, check)
+    mask = bernoulli_trace(12, 0.4, seed=11)
+    fed = federation(config("mifa", *B, "run.rounds=12"), mask)
+    assert_tracks_clients(fed, 12, "g_sum", "g", "sum", atol=1e-13)
 
 
 def test_mifa_paper_form_equals_code_form_for_constant_lr():
-    mask = bernoulli_mask(20, 0.4, seed=5)
-    xs = [run_rounds(federation(config({"name": "mifa", "form": form}, rounds=20), mask), 20)
+    mask = bernoulli_trace(20, 0.4, seed=5)
+    xs = [run_rounds(federation(config("mifa", *B, "run.rounds=20", form=form), mask), 20)
           for form in ("code", "paper")]
     assert np.abs(xs[0] - xs[1]).max() < 1e-12
-    decayed = [run_rounds(federation(config({"name": "mifa", "form": form}, rounds=20,
-                                            lr_schedule="inv_sqrt"), mask), 20) for form in ("code", "paper")]
+    decayed = [run_rounds(federation(config("mifa", *B, "run.rounds=20", "local.lr_schedule=inv_sqrt", form=form),
+                                     mask), 20) for form in ("code", "paper")]
     assert np.abs(decayed[0] - decayed[1]).max() > 1e-6  # normalized memories differ once eta_l(t) varies
 
 
 def test_mifa_paper_form_waits_until_every_client_reported():
     mask = np.ones((8, N), dtype=bool)
     mask[:4, -1] = False  # the last client first reports in round 4
-    fed = federation(config({"name": "mifa", "form": "paper", "wait_all": True}, rounds=8), mask)
+    fed = federation(config("mifa", *B, "run.rounds=8", form="paper", wait_all=True), mask)
     x0 = fed.server["x"].clone()
     for t in range(4):
         fed.round(t)
@@ -132,21 +131,17 @@ def test_mifa_paper_form_waits_until_every_client_reported():
 
 def test_fedvarp_mean_memory_invariant_every_round():
     """Item 9: Ybar = (1/N) sum_i Y_i after every round, with empty rounds in the pattern."""
-    mask = bernoulli_mask(25, 0.3, seed=2)
+    mask = bernoulli_trace(25, 0.3, seed=2)
     assert not mask.any(axis=1).all()  # at least one empty round
-    fed = federation(config("fedvarp", rounds=25), mask)
-
-    def check(fed, t):
-        assert torch.allclose(fed.server["y_mean"], fed.store.tensors["y"].mean(dim=0), rtol=0, atol=1e-14)
-
-    run_rounds(fed, 25, check)
+    fed = federation(config("fedvarp", *B, "run.rounds=25"), mask)
+    assert_tracks_clients(fed, 25, "y_mean", "y", "mean", atol=1e-14)
 
 
 def test_fedvarp_uses_old_memories():
     """v = Ybar + mean_{S_t}(Delta_i - Y_i^old), checked against a direct replay of the round."""
-    mask = bernoulli_mask(6, 0.5, seed=4)
+    mask = bernoulli_trace(6, 0.5, seed=4)
     mask[5] = [True, True, False, False, True, False]
-    fed = federation(config("fedvarp", rounds=6), mask)
+    fed = federation(config("fedvarp", *B, "run.rounds=6"), mask)
     run_rounds(fed, 5)
     x, y_old, y_mean = fed.server["x"].clone(), fed.store.tensors["y"].clone(), fed.server["y_mean"].clone()
     fed.round(5)
@@ -164,7 +159,7 @@ def test_fedau_weights_are_the_mean_intervals_of_a_periodic_pattern():
     periods = np.array([1, 2, 3, 1, 2, 4])
     rounds = 13
     mask = np.array([[t % p == p - 1 for p in periods] for t in range(rounds)])
-    fed = federation(config("fedau", rounds=rounds), mask)
+    fed = federation(config("fedau", *B, f"run.rounds={rounds}"), mask)
     run_rounds(fed, rounds)
     omega = interval_weight(fed.store.tensors).numpy()
     assert np.array_equal(omega, periods.astype(float))
@@ -190,7 +185,7 @@ def test_fedau_interval_estimates_approach_inverse_probabilities():
     algo = get_algorithm("fedau")(get_algorithm("fedau").Hparams(cutoff=None))
     state = {k: torch.zeros(N, dtype=torch.float64) for k in ("gap", "interval_sum", "interval_count")}
     ctx = RoundContext(round=0, lr=0.1, num_clients=N, num_active=0, local_steps=1, dim=1)
-    for row in bernoulli_mask(6000, p, seed=9):
+    for row in bernoulli_trace(6000, p, seed=9):
         state = algo.after_round({}, state, torch.as_tensor(row), ctx)
     omega = interval_weight(state).numpy()
     assert np.all(np.abs(omega * p - 1) < 0.06), omega * p
@@ -202,13 +197,12 @@ def test_fedau_expected_update_is_unbiased_with_inverse_probability_weights():
     With omega_i = 1/p_i (FedAU's limit) the expected server step is -eta_g eta_l grad f(x); FedAvg's
     average_all step is -eta_g eta_l (1/N) sum_i p_i grad f_i(x), biased toward frequent clients.
     """
-    cfg = config("fedau", steps=1)
-    hs, rs = problem(cfg)
+    cfg = config("fedau", *B, "local.steps=1")
     periods = np.array([1.0, 2.0, 3.0, 4.0, 2.0, 5.0])
     p = 1 / periods
     lr, eta_g = 0.1, 0.5
     x = torch.linspace(-1, 1, 5, dtype=torch.float64)
-    grads = torch.stack([torch.as_tensor(h) @ x - torch.as_tensor(r) for h, r in zip(hs, rs, strict=True)])
+    grads = torch.as_tensor(client_grads(cfg, x.numpy()))
     local = LocalResult(x_end=x - lr * grads, grad_mean=grads, loss=torch.zeros(N, dtype=torch.float64))
     state = {"gap": torch.zeros(N, dtype=torch.float64), "interval_sum": torch.as_tensor(periods),
              "interval_count": torch.ones(N, dtype=torch.float64)}
@@ -240,9 +234,9 @@ def test_fedau_expected_update_is_unbiased_with_inverse_probability_weights():
 
 def test_fedawe_echo_counter_and_own_model_bookkeeping():
     rounds = 9
-    mask = bernoulli_mask(rounds, 0.35, seed=6)
+    mask = bernoulli_trace(rounds, 0.35, seed=6)
     mask[:, 0] = False  # a client that is never seen
-    fed = federation(config({"name": "fedawe", "clip": 0.5}, rounds=rounds), mask)
+    fed = federation(config("fedawe", *B, f"run.rounds={rounds}", clip=0.5), mask)
     x0 = fed.server["x"].clone()
     last = np.full(N, -1)
     history = []
@@ -265,20 +259,20 @@ def test_fedawe_round_rule_with_echo_and_clip():
     mask[0, :3] = True
     mask[3, 1:5] = True
     for clip in (0.05, None):
-        fed = federation(config({"name": "fedawe", "clip": clip, "global_lr": 0.9}, rounds=4), mask)
+        cfg = config("fedawe", *B, "run.rounds=4", clip=clip, global_lr=0.9)
+        fed = federation(cfg, mask)
         run_rounds(fed, 3)
         x_own = fed.store.tensors["x_own"].clone()
         echo = fed.store.tensors["echo"].clone()
         assert echo.tolist() == [3.0, 3.0, 3.0, 4.0, 4.0, 4.0]
         active = torch.as_tensor(mask[3])
         # replay the local training of round 3 from each participant's own model
-        hs, rs = problem(config("fedawe"))
         ends = []
         for i in np.flatnonzero(mask[3]):
-            y = x_own[i].clone()
+            y = x_own[i].numpy().copy()
             for _ in range(5):
-                y = y - 0.2 * (torch.as_tensor(hs[i]) @ y - torch.as_tensor(rs[i]))
-            ends.append(y)
+                y = y - 0.2 * client_grads(cfg, y)[i]
+            ends.append(torch.as_tensor(y))
         u = (echo[active].unsqueeze(1) * (torch.stack(ends) - x_own[active])).mean(dim=0)
         if clip is not None:
             assert float(u.norm()) > clip

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 from conftest import LEAST_SQUARES
+from lsq import problem
 
 import fedrun
-from fedrun.data.builtin import load_least_squares
-
-
-def problem(cfg):
-    task = load_least_squares(cfg.data, cfg.run.seed)
-    n, d = cfg.data.num_clients, cfg.data.least_squares.dim
-    return task.x_train.reshape(n, -1, d), task.y_train.reshape(n, -1)
 
 
 def grad(a, b, x):

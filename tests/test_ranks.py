@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import final_model
+from conftest import final_model, final_models
 
 pytestmark = pytest.mark.mpi
 
@@ -23,11 +23,11 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 def test_one_two_three_ranks_agree(tmp_path, setup):
     overrides = [*setup, "data.num_clients=10", "participation.clients_per_round=7", "run.rounds=4",
                  "eval.every=0", "local.batch_size=8", "data.partition=dirichlet"]
-    x1 = final_model(0, tmp_path, overrides)
+    one = final_models(0, tmp_path, {"trained": overrides, "init": [*overrides, "local.lr=0"]})
+    x1 = one["trained"]
     x2 = final_model(2, tmp_path, overrides)
     x3 = final_model(3, tmp_path, overrides)  # 10 clients: blocks of unequal size
     assert x1.dtype == np.float32
     assert _rel(x2, x1) < 1e-6
     assert _rel(x3, x1) < 1e-6
-    init = final_model(0, tmp_path, [*overrides, "local.lr=0"])
-    assert _rel(x1, init) > 1e-3  # training moved the model: the comparison is not vacuous
+    assert _rel(x1, one["init"]) > 1e-3  # training moved the model: the comparison is not vacuous

@@ -1,0 +1,189 @@
+"""The float64 least-squares task of ALGORITHMS.md section 7, for algorithm tests.
+
+f_i(x) = 1/(2m) ||A_i x - b_i||^2 with N = 6 clients, d = 5, m = 8 rows each; full-batch, hence
+deterministic, gradients (local.batch_size = m). Everything runs in this process, without MPI.
+
+Configs (plain dicts, the form ``fedrun.run`` takes):
+
+* ``config(algorithm, *overrides, **hparams)``: the base config below for ``algorithm`` (a name, or a
+  dict ``{"name": ..., **hparams}``), then ``section.key=value`` overrides in order, then ``hparams``
+  into the algorithm section. Base: seed 0, 20 rounds, K = 5 local steps, lr 0.05, full participation
+  (S = 3 when a pattern samples), no evaluation.
+* ``resolve(cfg)``: the validated ``Config``.
+
+The problem (all arrays numpy float64, built exactly as the runtime loads the data):
+
+* ``problem(cfg)``: (A [N, m, d], b [N, m]); ``client_grads(cfg, x)``: [N, d], grad f_i(x);
+* ``x_star(cfg)``: the minimiser of f = (1/N) sum_i f_i;
+* ``x_fedavg(cfg)``: the biased fixed point of FedAvg with K steps of lr eta_l (item 14).
+
+Running:
+
+* ``bernoulli_trace(rounds, p, seed)``: bool [rounds, N], i.i.d. Bernoulli(p_i) (empty rounds possible);
+* ``federation(cfg, trace=None)``: a single-process ``Federation`` to step round by round with
+  ``fed.round(t)`` (server state in ``fed.server``, client state in ``fed.store.tensors``); with a
+  ``trace`` its participation replays it (``fedrun.federation.participation.Trace``);
+* ``run_rounds(fed, rounds, each=None)``: step rounds 0..rounds-1, calling ``each(fed, t)`` after each;
+  the final global model;
+* ``per_round(fed, rounds, read=None)``: ``read(fed)`` after each round (default: the global model);
+* ``set_server(fed, **values)``: overwrite server entries before the next round;
+* ``run_single(cfg)``: ``fedrun.run`` in this process, no files; the ``RunResult``;
+* ``assert_tracks_clients(fed, rounds, server, client, reduce, atol)``: after every round the server
+  entry equals the sum or mean of a client entry over all N clients (item 9 invariants);
+* ``assert_matches_reference(cfg, trace, reference, **kwargs)``: the global model after every round
+  equals ``reference(A, b, trace, lrs, K, eta_g, **kwargs)`` (a function of tests/reference.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedrun.config import Config, apply_override, config_from_dict
+from fedrun.data.builtin import load_least_squares
+from fedrun.federation.loop import Federation
+from fedrun.federation.participation import Trace
+from fedrun.runtime.world import World
+from fedrun.training.schedule import local_lr
+
+N, D, M = 6, 5, 8
+
+BASE: dict[str, Any] = {
+    "run": {"rounds": 20, "dtype": "float64", "seed": 0, "device": "cpu"},
+    "data": {"name": "least_squares", "num_clients": N, "partition": "natural",
+             "least_squares": {"rows_per_client": M, "dim": D}},
+    "model": {"name": "linear"},
+    "local": {"steps": 5, "batch_size": M, "lr": 0.05, "strategy": "sequential"},
+    "participation": {"pattern": "full", "clients_per_round": 3},
+    "eval": {"every": 0},
+}
+
+
+def config(algorithm: str | dict[str, Any], *overrides: str, **hparams: Any) -> dict[str, Any]:
+    """Config dict for ``algorithm`` with ``section.key=value`` overrides and algorithm hparams."""
+    cfg = copy.deepcopy(BASE)
+    algo = {"name": algorithm} if isinstance(algorithm, str) else dict(algorithm)
+    cfg["algorithm"] = {**algo, **hparams}
+    for item in overrides:
+        apply_override(cfg, item)
+    return cfg
+
+
+def resolve(cfg: dict[str, Any] | Config) -> Config:
+    return cfg if isinstance(cfg, Config) else config_from_dict(copy.deepcopy(cfg))
+
+
+def problem(cfg: dict[str, Any] | Config) -> tuple[np.ndarray, np.ndarray]:
+    """(A [N, m, d], b [N, m]) exactly as the runtime loads them."""
+    c = resolve(cfg)
+    task = load_least_squares(c.data, c.run.seed)
+    n = c.data.num_clients
+    return task.x_train.reshape(n, task.x_train.shape[0] // n, -1), task.y_train.reshape(n, -1)
+
+
+def client_grads(cfg: dict[str, Any] | Config, x: np.ndarray) -> np.ndarray:
+    """[N, d]: grad f_i(x) = A_i^T (A_i x - b_i) / m."""
+    a, b = problem(cfg)
+    return np.einsum("nmd,nm->nd", a, np.einsum("nmd,d->nm", a, x) - b) / a.shape[1]
+
+
+def x_star(cfg: dict[str, Any] | Config) -> np.ndarray:
+    """(sum_i A_i^T A_i)^{-1} sum_i A_i^T b_i."""
+    a, b = problem(cfg)
+    return np.linalg.solve(np.einsum("nmd,nme->de", a, a), np.einsum("nmd,nm->d", a, b))
+
+
+def x_fedavg(cfg: dict[str, Any] | Config) -> np.ndarray:
+    """x_FA = (I - Mbar)^{-1} cbar, M_i = (I - lr H_i)^K, c_i = sum_{k<K} (I - lr H_i)^k lr r_i (item 14),
+    with H_i = A_i^T A_i / m, r_i = A_i^T b_i / m and the constant lr and K of ``cfg``."""
+    c = resolve(cfg)
+    a, b = problem(c)
+    lr, k = c.local.lr, c.local.steps
+    eye = np.eye(a.shape[2])
+    ms, cs = [], []
+    for ai, bi in zip(a, b, strict=True):
+        step = eye - lr * ai.T @ ai / len(bi)
+        ms.append(np.linalg.matrix_power(step, k))
+        cs.append(sum(np.linalg.matrix_power(step, j) for j in range(k)) @ (lr * ai.T @ bi / len(bi)))
+    return np.linalg.solve(eye - sum(ms) / len(ms), sum(cs) / len(cs))
+
+
+def bernoulli_trace(rounds: int, p: float | np.ndarray, seed: int, num_clients: int = N) -> np.ndarray:
+    """bool [rounds, N]: client i takes part in round t with probability p_i (a scalar or one per client)."""
+    rng = np.random.default_rng(seed)
+    return rng.random((rounds, num_clients)) < np.broadcast_to(p, (num_clients,))
+
+
+def single_world() -> World:
+    return World(rank=0, size=1, local_rank=0, device=torch.device("cpu"), backend="none")
+
+
+def federation(cfg: dict[str, Any] | Config, trace: np.ndarray | None = None) -> Federation:
+    """A single-process Federation; with ``trace`` (bool [T, N]) S_t is row t of it."""
+    c = resolve(cfg)
+    fed = Federation(c, single_world(), None)
+    if trace is not None:
+        fed.participation = Trace(c.data.num_clients, c.run.seed, trace)
+    return fed
+
+
+def run_rounds(fed: Federation, rounds: int, each: Callable[[Federation, int], Any] | None = None) -> np.ndarray:
+    """Step rounds 0..rounds-1 (calling ``each(fed, t)`` after each one); return the final global model."""
+    for t in range(rounds):
+        fed.round(t)
+        if each is not None:
+            each(fed, t)
+    return fed.global_model().numpy().copy()
+
+
+def per_round(fed: Federation, rounds: int, read: Callable[[Federation], Any] | None = None) -> list[Any]:
+    """``read(fed)`` after each of rounds 0..rounds-1 (default: a copy of the global model)."""
+    read = read or (lambda f: f.global_model().numpy().copy())
+    out = []
+    run_rounds(fed, rounds, lambda f, t: out.append(read(f)))
+    return out
+
+
+def set_server(fed: Federation, **values: Any) -> None:
+    """Overwrite server entries and re-pack the downlink the clients read next round."""
+    for name, value in values.items():
+        fed.server[name] = torch.as_tensor(value, dtype=fed.dtype).clone()
+    fed.down_layout.pack({**fed.server, "_stop": torch.zeros(1)}, fed.down_buf)
+
+
+def run_single(cfg: dict[str, Any] | Config):
+    """``fedrun.run`` on one process without MPI or files; the RunResult."""
+    import fedrun
+
+    return fedrun.run(cfg, world=single_world(), write_files=False)
+
+
+def assert_tracks_clients(fed: Federation, rounds: int, server: str, client: str, reduce: str = "mean",
+                          atol: float = 1e-12) -> None:
+    """Step rounds 0..rounds-1; after each, ``fed.server[server]`` equals ``fed.store.tensors[client]`` summed
+    (``reduce="sum"``) or averaged (``"mean"``) over all N clients, to ``atol`` (idle clients included)."""
+
+    def check(fed: Federation, t: int) -> None:
+        rows = fed.store.tensors[client]
+        want = rows.sum(dim=0) if reduce == "sum" else rows.mean(dim=0)
+        torch.testing.assert_close(fed.server[server], want, rtol=0, atol=atol, msg=lambda m: f"round {t}: {m}")
+
+    run_rounds(fed, rounds, check)
+
+
+def assert_matches_reference(cfg: dict[str, Any] | Config, trace: np.ndarray,
+                             reference: Callable[..., list[np.ndarray]], **kwargs: Any) -> None:
+    """The global model after every round equals ``reference(A, b, trace, lrs, K, eta_g, **kwargs)`` to 1e-12.
+
+    ``lrs`` is the local lr of each round (the configured schedule), ``eta_g`` the algorithm's global_lr."""
+    c = resolve(cfg)
+    rounds = len(trace)
+    got = per_round(federation(c, trace), rounds)
+    a, b = problem(c)
+    lrs = [local_lr(c.local, t) for t in range(rounds)]
+    want = reference(a, b, trace, lrs, c.local.steps, c.algorithm.hparams.global_lr, **kwargs)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=0, atol=1e-12)
