@@ -141,18 +141,38 @@ class LocalConfig:
 
 @dataclass
 class ParticipationConfig:
-    """Which clients take part in each round (ALGORITHMS.md section 1.1)."""
+    """Which clients take part in each round (ALGORITHMS.md section 1.1, docs/participation.md)."""
 
     pattern: str = "uniform"  # see fedrun.federation.participation.PATTERNS
     clients_per_round: int = 10  # S
     probability: float | None = None  # Bernoulli p for every client (default S / N)
     trace: str | None = None  # boolean [T, N] array (.npy or .csv) for pattern "trace"
+    # per-client probabilities [N] (.npy or .csv): bernoulli p_i, sine base_i, markov stationary rate
+    probability_file: str | None = None
+    sine_amplitude: float = 0.3  # sine: p_i^t = base_i * (amplitude * sin(2 pi t / period) + offset)
+    sine_offset: float = 0.7
+    sine_period: float = 10.0  # rounds
+    cyclic_shuffle: bool = False  # cyclic: a fixed seeded permutation instead of the identity order
+    markov_p_on: float | None = None  # markov off->on; default: stationary rate = probability or S/N
+    markov_p_off: float = 0.5  # markov on->off
+    markov_file: str | None = None  # markov: per-client [2, N] array (.npy): rows p_on, p_off
 
     def check(self) -> None:
+        from fedrun.federation.participation import PATTERNS  # the registry names the patterns
+
+        require(self.pattern in PATTERNS, "participation.pattern", f"one of {', '.join(PATTERNS)}",
+                self.pattern)
         require(self.clients_per_round >= 1, "participation.clients_per_round", "an integer >= 1",
                  self.clients_per_round)
         require(self.probability is None or 0 < self.probability <= 1, "participation.probability",
                  "null or a number in (0, 1]", self.probability)
+        require(self.sine_offset >= abs(self.sine_amplitude), "participation.sine_offset",
+                "a number >= |sine_amplitude| (probabilities must stay >= 0)", self.sine_offset)
+        require(self.sine_period > 0, "participation.sine_period", "a number > 0", self.sine_period)
+        require(self.markov_p_on is None or 0 < self.markov_p_on <= 1, "participation.markov_p_on",
+                "null or a number in (0, 1]", self.markov_p_on)
+        require(0 < self.markov_p_off <= 1, "participation.markov_p_off", "a number in (0, 1]",
+                self.markov_p_off)
 
 
 @dataclass

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from torch import nn
 
 from fedrun.models.cnn import MnistCNN, cifar10_cnn, svhn_cnn
+from fedrun.models.leaf import CharLSTM, FemnistCNN
 from fedrun.models.linear import LinearNoBias, Logistic
+from fedrun.models.resnet import ResNet18
 
 ModelFactory = Callable[[tuple[int, ...], int], nn.Module]
 
@@ -18,6 +20,14 @@ MODELS: dict[str, ModelFactory] = {
     "cnn_cifar10": lambda shape, classes: cifar10_cnn(shape[0], classes),
     "logistic": lambda shape, classes: Logistic(math.prod(shape), classes),
     "linear": lambda shape, classes: LinearNoBias(math.prod(shape)),
+    # GroupNorm (2 groups): no buffers, so averaging the parameters averages the whole model.
+    "resnet18": lambda shape, classes: ResNet18(shape[0], classes, norm="group"),
+    # BatchNorm: running statistics are buffers outside the averaged parameters (see resnet.py).
+    "resnet18_bn": lambda shape, classes: ResNet18(shape[0], classes, norm="batch"),
+    "cnn_femnist": lambda shape, classes: FemnistCNN(shape[0], classes, (shape[1], shape[2])),
+    # Token ids in, next-token logits out: the vocabulary is the class set (81 for Shakespeare).
+    "lstm_shakespeare": lambda shape, classes: CharLSTM(classes, classes),
+    "lstm_shakespeare_unrolled": lambda shape, classes: CharLSTM(classes, classes, unrolled=True),
 }
 
 

@@ -36,7 +36,7 @@ class ConvNet(nn.Module):
         self.conv1 = nn.Conv2d(in_channels, 32, 5)
         self.conv2 = nn.Conv2d(32, 32, 5)
         widths = (32 * 5 * 5, *hidden)
-        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True))
         self.out = nn.Linear(widths[-1], num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

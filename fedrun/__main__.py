@@ -1,0 +1,5 @@
+import sys
+
+from fedrun.cli import main
+
+sys.exit(main())

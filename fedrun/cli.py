@@ -1,0 +1,86 @@
+"""Command line: ``python -m fedrun <command> ...``. Argument parsing and error reporting only.
+
+Exit statuses are listed in :mod:`fedrun.errors` (0 ok, 1 failure, 2 bad input, 3 NaN/Inf,
+75 stopped by a signal after a checkpoint: requeue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+from fedrun.errors import EXIT_FAILURE, EXIT_OK, exit_code, one_line
+
+
+def _launcher_rank() -> int:
+    """This process's rank from the launcher's environment, readable before MPI is initialised."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from fedrun.api import run
+    from fedrun.config import load_config
+
+    run(load_config(args.config, args.overrides), progress=not args.quiet)
+    return EXIT_OK
+
+
+def cmd_participation(args: argparse.Namespace) -> int:
+    from fedrun.config import load_config
+    from fedrun.federation.participation import make_participation
+    from fedrun.federation.participation_stats import describe, format_description, save_participation_png
+
+    cfg = load_config(args.config, args.overrides)
+    rounds = args.rounds or cfg.run.rounds
+    pattern = make_participation(cfg.participation, cfg.data.num_clients, cfg.run.seed, rounds)
+    print(format_description(describe(pattern, rounds)))
+    if args.png:
+        print(f"saved {save_participation_png(pattern, rounds, args.png)}")
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "train": cmd_train,
+    "participation": cmd_participation,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedrun", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="run one federated training job (under mpiexec/srun for several ranks)")
+    p.add_argument("--config", help="YAML config file (defaults apply to missing keys)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. local.lr=0.01")
+    p = sub.add_parser("participation", help="statistics of a participation pattern, without training")
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--rounds", type=int, help="rounds to simulate (default run.rounds)")
+    p.add_argument("--png", help="save a clients x rounds picture of who participated when")
+    p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. participation.pattern=p3")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        code = exit_code(exc)
+        if _launcher_rank() == 0:
+            print(f"fedrun: error: {one_line(exc)}", file=sys.stderr, flush=True)
+            if code == EXIT_FAILURE or os.environ.get("FEDRUN_DEBUG"):
+                traceback.print_exc()
+        return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

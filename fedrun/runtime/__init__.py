@@ -1,0 +1,1 @@
+"""Processes and communication: the World, the flat buffer layouts and the two collectives per round."""

@@ -1,0 +1,165 @@
+"""The process world: rank, size, local rank and device, bootstrapped from MPI or Slurm.
+
+fedrun is started by ``mpiexec``/``mpirun``, by ``srun`` (with or without an MPI plugin), or as a
+plain single process. MPI (mpi4py) is the control plane: it carries the rendezvous port and small
+control messages. The data plane is torch.distributed (NCCL on GPUs, gloo on CPUs), initialised from
+a TCPStore that rank 0 binds to a free port chosen by the OS, so two runs on one machine never collide.
+The store listens on loopback unless the ranks span several hosts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+class LaunchError(RuntimeError):
+    """The launcher environment is inconsistent (one line naming the variable)."""
+
+
+@dataclass
+class World:
+    rank: int
+    size: int
+    local_rank: int
+    device: torch.device
+    backend: str  # "gloo", "nccl" or "none" (single process)
+    comm: Any = None  # mpi4py communicator, or None without MPI
+    store: Any = None  # the rendezvous TCPStore, kept alive until every rank has left the group
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            dist.barrier()
+
+    def abort(self, code: int = 1) -> None:
+        """End every rank of the job now (used when one rank fails, so that no peer hangs)."""
+        if self.comm is not None and self.size > 1:
+            self.comm.Abort(code)
+        os._exit(code)
+
+    def close(self) -> None:
+        """Leave the process group together: no rank tears down its sockets while a peer still uses them."""
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+        if self.comm is not None and self.size > 1:
+            self.comm.Barrier()
+        self.store = None
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise LaunchError(f"environment variable {name}={value!r}: expected an integer") from None
+
+
+def _mpi_comm() -> Any:
+    """COMM_WORLD of mpi4py, or None if mpi4py (or an MPI library) is not available."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return MPI.COMM_WORLD
+
+
+def _pick_device(local_rank: int, requested: str) -> torch.device:
+    if requested == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
+    if requested == "cuda":
+        raise LaunchError("run.device=cuda: no CUDA device is visible to this process")
+    return torch.device("cpu")
+
+
+def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
+    """Discover rank/size from the launcher and initialise torch.distributed when size > 1."""
+    comm = _mpi_comm()
+    slurm_ntasks = _int_env("SLURM_NTASKS") if "SLURM_STEP_ID" in os.environ else None
+    if comm is not None and comm.Get_size() > 1:
+        rank, size = comm.Get_rank(), comm.Get_size()
+        local_comm = comm.Split_type(_split_type_shared(), key=rank)
+        local_rank = local_comm.Get_rank()
+        local_comm.Free()
+    elif slurm_ntasks is not None and slurm_ntasks > 1:
+        # srun without an MPI plugin: every task is an MPI singleton; take the ranks from Slurm.
+        comm = None
+        rank = _int_env("SLURM_PROCID")
+        local_rank = _int_env("SLURM_LOCALID") or 0
+        size = slurm_ntasks
+        if rank is None:
+            raise LaunchError("SLURM_NTASKS > 1 but SLURM_PROCID is not set")
+    else:
+        rank, size, local_rank = 0, 1, 0
+        comm = comm if comm is not None and comm.Get_size() == 1 else None
+    dev = _pick_device(local_rank, device)
+    if size == 1:
+        return World(rank=0, size=1, local_rank=0, device=dev, backend="none", comm=comm)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    store = _rendezvous(comm, rank, size, timeout_s)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend, comm=comm,
+                 store=store)
+
+
+def _split_type_shared() -> int:
+    from mpi4py import MPI
+
+    return MPI.COMM_TYPE_SHARED
+
+
+def _rendezvous(comm: Any, rank: int, size: int, timeout_s: float) -> dist.TCPStore:
+    """A TCPStore on rank 0; its address and OS-chosen port reach the other ranks over MPI.
+
+    Without MPI (srun, no plugin) the port is derived from the Slurm job and step ids and the address
+    is the first node of the allocation (or MASTER_ADDR/MASTER_PORT when the user sets them).
+    """
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if comm is not None:
+        hosts = comm.allgather(socket.gethostname())
+        host = "127.0.0.1" if len(set(hosts)) == 1 else os.environ.get("MASTER_ADDR", hosts[0])
+        if rank == 0:
+            bind = "127.0.0.1" if host == "127.0.0.1" else "0.0.0.0"
+            store = dist.TCPStore(bind, 0, size, True, timeout=timeout, wait_for_workers=False)
+            comm.bcast((host, store.port), root=0)
+            return store
+        host, port = comm.bcast(None, root=0)
+        return dist.TCPStore(host, port, size, False, timeout=timeout)
+    host = os.environ.get("MASTER_ADDR") or _first_slurm_host()
+    port = _int_env("MASTER_PORT") or _slurm_port()
+    is_master = rank == 0
+    bind = host if not is_master else ("127.0.0.1" if host in ("127.0.0.1", "localhost") else "0.0.0.0")
+    return dist.TCPStore(bind if is_master else host, port, size, is_master, timeout=timeout)
+
+
+def _first_slurm_host() -> str:
+    nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or ""
+    if not nodes or os.environ.get("SLURM_NNODES", "1") == "1":
+        return "127.0.0.1"
+    import subprocess
+
+    out = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, check=True)
+    return out.stdout.split()[0]
+
+
+def _slurm_port() -> int:
+    key = f"{os.environ.get('SLURM_JOB_ID', '0')}.{os.environ.get('SLURM_STEP_ID', '0')}"
+    return 20000 + zlib.crc32(key.encode()) % 30000

@@ -1,0 +1,1 @@
+"""Per-client and server state, allocated from an algorithm's declaration."""
