@@ -30,9 +30,9 @@ DIR=${FEDRUN_SLURM_DIR:-/tmp/fedrun-slurm}
 NCPU=$(nproc)
 CPUS=${FEDRUN_SLURM_CPUS:-$(( NCPU < 4 ? 4 : NCPU ))}
 MEM_MB=${FEDRUN_SLURM_MEM_MB:-$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)}
-START=$(date +%s.%N)
+START_NS=$(date +%s%N)
 
-say() { printf '[slurm_up +%5.1fs] %s\n' "$(echo "$(date +%s.%N) - $START" | bc 2>/dev/null || echo 0)" "$*"; }
+say() { local ms=$(( ($(date +%s%N) - START_NS) / 1000000 )); printf '[slurm_up %d.%03ds] %s\n' $((ms / 1000)) $((ms % 1000)) "$*"; }
 running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 # retry CMD up to N times, 0.1 s apart; the last try's output is shown
 retry() { local n=$1; shift; local i; for ((i = 1; i < n; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; "$@"; }
@@ -43,9 +43,11 @@ stop_by_pidfile() {
   kill -9 "$pid"
 }
 
+if [ "$(id -u)" != 0 ]; then echo "slurm_up.sh: needs root (installs packages, runs the daemons)" >&2; exit 1; fi
+
 # ---------------------------------------------------------------- 1. packages (only when missing)
 missing=()
-for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge bc:bc; do
+for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if ((${#missing[@]})); then
