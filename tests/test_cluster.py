@@ -94,6 +94,13 @@ def test_grid_expansion_order_names_and_overrides(tmp_path):
     assert all(r.dir.parent == tmp_path / "root" for r in runs)
 
 
+@pytest.mark.parametrize("value", [0.1, 1e-05, 3e20, -2.5e-7, 7, True, None, "fedsum", [1, 2], float("inf")])
+def test_override_values_read_back_as_yaml(value):
+    from fedrun.sweep.spec import format_value
+
+    assert yaml.safe_load(format_value(value)) == value
+
+
 def test_example_sweep_file_loads():
     spec = load_sweep(REPO / "slurm" / "example_sweep.yaml")
     runs = spec.runs()

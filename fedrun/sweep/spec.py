@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field, fields
@@ -102,8 +103,17 @@ def format_value(value: Any) -> str:
     """A value as it must appear on the right of ``key=`` (parsed back as YAML by the config loader)."""
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
         return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value)
+        if "e" in text and "." not in text:  # PyYAML reads 1e-05 as a string, 1.0e-05 as a float
+            text = text.replace("e", ".0e", 1)
+        return text
     if isinstance(value, str):
         return value
     return json.dumps(value, separators=(",", ":"))  # lists, mappings: YAML flow style
