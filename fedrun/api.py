@@ -8,18 +8,20 @@ import sys
 from pathlib import Path
 
 from fedrun.config import Config, apply_override, config_from_dict, load_config
-from fedrun.errors import exit_code, one_line
+from fedrun.errors import RunInterrupted, exit_code, one_line
 from fedrun.federation.loop import RunResult, train
 from fedrun.runtime.world import World, init_world
 
 
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),
-        world: World | None = None, progress: bool = False, write_files: bool = True) -> RunResult:
+        world: World | None = None, progress: bool = False, write_files: bool = True,
+        resume: str | None = None) -> RunResult:
     """Run one experiment in this process (single rank, or this rank of an MPI launch).
 
     ``config`` is a :class:`Config`, a dict of sections, or a YAML path. On rank 0 the result holds
     the final global model as a flat numpy array and the per-round metrics; other ranks get the model
-    and no metrics. With ``write_files`` the run directory receives config.yaml and metrics.jsonl.
+    and no metrics. With ``write_files`` the run directory receives config.yaml, metrics.jsonl,
+    checkpoints and, at the end, result.json. ``resume``: "auto" or a checkpoint path.
     """
     if isinstance(config, (str, Path)):
         cfg = load_config(config, overrides)
@@ -40,11 +42,13 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         if progress and world.is_root:
             print(f"fedrun: {cfg.algorithm.name} on {cfg.data.name}, {cfg.data.num_clients} clients, "
                   f"{world.size} rank(s) on {world.device}, run dir {run_dir}", flush=True)
-        result = train(cfg, world, run_dir, progress=progress)
+        result = train(cfg, world, run_dir, progress=progress, resume=resume)
         if run_dir is not None and world.is_root:
             write_result(run_dir, result.metrics)
     except BaseException as exc:
-        if owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        if isinstance(exc, RunInterrupted) and owns_world:
+            world.close()  # every rank stopped after the same round and checkpoint
+        elif owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             # one rank failed: end the whole job now, naming the rank, rather than let peers hang
             print(f"fedrun[rank {world.rank}]: error: {one_line(exc)}", file=sys.stderr, flush=True)
             world.abort(exit_code(exc))

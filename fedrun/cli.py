@@ -28,7 +28,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from fedrun.api import run
     from fedrun.config import load_config
 
-    run(load_config(args.config, args.overrides), progress=not args.quiet)
+    run(load_config(args.config, args.overrides), progress=not args.quiet, resume=args.resume)
+    return EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from fedrun.checkpoint import describe_checkpoint
+
+    print(describe_checkpoint(args.checkpoint))
     return EXIT_OK
 
 
@@ -49,6 +56,7 @@ def cmd_participation(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": cmd_train,
     "participation": cmd_participation,
+    "inspect": cmd_inspect,
 }
 
 
@@ -58,12 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="run one federated training job (under mpiexec/srun for several ranks)")
     p.add_argument("--config", help="YAML config file (defaults apply to missing keys)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--resume", metavar="auto|PATH",
+                   help="continue from the newest valid checkpoint of run.dir (auto) or from PATH")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. local.lr=0.01")
     p = sub.add_parser("participation", help="statistics of a participation pattern, without training")
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--rounds", type=int, help="rounds to simulate (default run.rounds)")
     p.add_argument("--png", help="save a clients x rounds picture of who participated when")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. participation.pattern=p3")
+    p = sub.add_parser("inspect", help="describe a checkpoint file and verify its checksums")
+    p.add_argument("checkpoint", help="a ckpt_*.h5 file")
     return parser
 
 

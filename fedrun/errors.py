@@ -14,11 +14,18 @@ class NumericalError(RuntimeError):
     """The global model or a client's upload became NaN or Inf."""
 
 
+class RunInterrupted(Exception):
+    """A stop signal arrived; the run wrote a checkpoint and can be resumed (exit status 75)."""
+
+
 def exit_code(exc: BaseException) -> int:
+    from fedrun.checkpoint import CheckpointError
     from fedrun.config import ConfigError
     from fedrun.data.errors import DataError
 
-    if isinstance(exc, (ConfigError, DataError)):
+    if isinstance(exc, RunInterrupted):
+        return EXIT_REQUEUE
+    if isinstance(exc, (ConfigError, DataError, CheckpointError)):
         return EXIT_BAD_INPUT
     if isinstance(exc, NumericalError):
         return EXIT_NUMERICAL

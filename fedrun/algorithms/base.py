@@ -97,7 +97,7 @@ class LocalPlan:
 
     start: Tensor  # [C, d] starting points
     correction: Tensor | None = None  # [C, d] added to every raw gradient
-    lr_scale: float = 1.0  # FedSUM's 1/N
+    lr_scale: float | Tensor = 1.0  # FedSUM's 1/N; a [C] tensor scales each client's steps separately
     move: bool = True  # False: K gradients at the starting point (FedSUM-B)
     optimizer: Literal["sgd"] | AMSGrad = "sgd"
     optimizer_state: dict[str, Tensor] | None = None  # persisted local optimizer state, [C, d] each
@@ -130,6 +130,7 @@ class RoundContext:
     num_active: int  # |S_t| (all ranks)
     local_steps: int  # K (nominal)
     dim: int  # d
+    total_examples: float = 0.0  # sum_j n_j over all N clients (data-size weights p_i = n_i / total)
 
 
 class Algorithm:

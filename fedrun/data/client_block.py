@@ -73,11 +73,12 @@ class ClientBlock:
         self.device = device
 
     def batches(self, local: np.ndarray, seed: int, round_: int, batch_size: int, steps: int,
-                epochs: int | None) -> Batches:
+                epochs: int | None, shuffle: bool = True) -> Batches:
         """Minibatch indices for block clients ``local`` (block-relative) in round ``round_``.
 
         Fixed-steps mode: K = ``steps`` minibatches of b_i = min(B, n_i) examples each.
         Epochs mode: K_i = epochs * ceil(n_i / B) minibatches; the last of each epoch may be short.
+        Without ``shuffle`` every epoch takes the client's examples in stored order.
         """
         n = self.num_examples[local]  # [C]
         ids = local + self.first
@@ -102,15 +103,18 @@ class ClientBlock:
             mask = (k < k_i[:, None, None]) & (within < n[:, None, None])
         epoch = pos // n[:, None, None]
         j = pos % n[:, None, None]
-        num_epochs = int(epoch.max()) + 1
-        nmax = int(n.max())
-        keys = hash_keys(seed, round_, ids[:, None, None], np.arange(num_epochs)[None, :, None],
-                         np.arange(nmax)[None, None, :])
-        keys = np.where(np.arange(nmax)[None, None, :] < n[:, None, None], keys, np.iinfo(np.uint64).max)
-        perm = np.argsort(keys, axis=-1, kind="stable")  # [C, E, nmax]
-        rows_local = np.take_along_axis(perm.reshape(len(local), -1),
-                                        (epoch * nmax + j).reshape(len(local), -1), axis=1)
-        rows = rows_local.reshape(pos.shape) + self.offsets[local][:, None, None]
+        if shuffle:
+            num_epochs = int(epoch.max()) + 1
+            nmax = int(n.max())
+            keys = hash_keys(seed, round_, ids[:, None, None], np.arange(num_epochs)[None, :, None],
+                             np.arange(nmax)[None, None, :])
+            keys = np.where(np.arange(nmax)[None, None, :] < n[:, None, None], keys, np.iinfo(np.uint64).max)
+            perm = np.argsort(keys, axis=-1, kind="stable")  # [C, E, nmax]
+            rows_local = np.take_along_axis(perm.reshape(len(local), -1),
+                                            (epoch * nmax + j).reshape(len(local), -1), axis=1).reshape(pos.shape)
+        else:
+            rows_local = j
+        rows = rows_local + self.offsets[local][:, None, None]
         rows = np.where(mask, rows, self.offsets[local][:, None, None])
         sizes = mask.sum(axis=-1)
         return Batches(index=torch.from_numpy(rows).to(self.device),

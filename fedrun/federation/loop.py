@@ -23,18 +23,21 @@ from torch import Tensor
 
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import Algorithm, Clients, Declaration, RoundContext, Scalar
-from fedrun.config import Config
+from fedrun.checkpoint import list_checkpoints
+from fedrun.config import Config, ConfigError
 from fedrun.data import load_task
 from fedrun.data.builtin import least_squares_x0
 from fedrun.data.client_block import ClientBlock
 from fedrun.data.partition import partition
-from fedrun.errors import NumericalError
+from fedrun.errors import NumericalError, RunInterrupted
+from fedrun.federation import snapshot
 from fedrun.federation.blocks import assign_blocks
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.participation import make_participation
 from fedrun.metrics.log import MetricsLog, Progress
 from fedrun.models import build_model, uses_randomness
 from fedrun.runtime.flat import FlatLayout, all_reduce_sum, broadcast_from_root, reduce_to_root
+from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.evaluate import evaluate_shard
@@ -44,8 +47,10 @@ from fedrun.training.local import run_local
 from fedrun.training.losses import loss_for
 from fedrun.training.schedule import local_lr
 
-# runtime entries appended to the algorithm's uplink: training-loss sum and non-finite client count
-_UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1))
+# runtime entries appended to the algorithm's uplink: training-loss sum, non-finite uploads, stop signals
+_UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1), ("_signal", 1))
+# the runtime entry appended to the downlink: what every rank does after this round
+CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
 
 
 @dataclass
@@ -67,6 +72,7 @@ class Federation:
         parts = partition(task, cfg.data, seed)
         self.num_clients = len(parts)
         sizes = np.array([len(p) for p in parts], dtype=np.int64)
+        self.total_examples = float(sizes.sum())
         self.blocks = assign_blocks(sizes, world.size)
         self.first, stop = self.blocks[world.rank]
         self.block = ClientBlock(task, parts[self.first:stop], self.first, world.device, self.dtype)
@@ -100,15 +106,27 @@ class Federation:
         self.up_floats = self.decl.floats(self.decl.up, self.dim)
         self.down_floats = self.decl.floats(tuple(down_entries), self.dim)
         self.down_buf = self.down_layout.empty(self.dtype, world.device)
-        if world.is_root:
-            self.down_layout.pack({**self.server, "_stop": torch.zeros(1)}, self.down_buf)
-        broadcast_from_root(world, self.down_buf)
+        self.pack_downlink()
+        self.broadcast_downlink()
 
         self.participation = make_participation(cfg.participation, self.num_clients, seed, cfg.run.rounds)
         self.delay = DelayTracker(self.num_clients)
         self.strategy = self._choose_strategy()
         self.start_round = 0
         self.metrics = MetricsLog(run_dir if world.is_root else None)
+
+    def pack_downlink(self, stop: float = CONTINUE) -> None:
+        """Rank 0: the server's downlink entries and the stop code into the broadcast buffer."""
+        if self.world.is_root:
+            self.down_layout.pack({**self.server, "_stop": torch.tensor([stop])}, self.down_buf)
+
+    def broadcast_downlink(self) -> dict[str, Tensor]:
+        broadcast_from_root(self.world, self.down_buf)
+        return self.down_layout.unpack(self.down_buf, self.down_scalars)
+
+    @property
+    def stop_code(self) -> float:
+        return float(self.down_layout.unpack(self.down_buf, self.down_scalars)["_stop"])
 
     def _numel(self, entry: Any) -> int:
         return 1 if isinstance(entry, Scalar) else self.dim
@@ -124,7 +142,8 @@ class Federation:
 
     # ------------------------------------------------------------------------------------ one round
 
-    def round(self, t: int) -> dict[str, Any]:
+    def round(self, t: int, stop_requested: bool = False) -> dict[str, Any]:
+        """Run round t (collective over all ranks) and return its metrics record."""
         cfg, world = self.cfg, self.world
         wall = time.perf_counter()
         # 1. participants, identical on every rank
@@ -132,7 +151,7 @@ class Federation:
         num_active = int(active.sum())
         lr = local_lr(cfg.local, t)
         ctx = RoundContext(round=t, lr=lr, num_clients=self.num_clients, num_active=num_active,
-                           local_steps=cfg.local.steps, dim=self.dim)
+                           local_steps=cfg.local.steps, dim=self.dim, total_examples=self.total_examples)
         # 2. this round's downlink
         down = self.down_layout.unpack(self.down_buf, self.down_scalars)
         down = {k: v for k, v in down.items() if not k.startswith("_")}
@@ -142,7 +161,9 @@ class Federation:
         up_buf = self.up_layout.empty(self.dtype, world.device)
         if len(local_active):
             up_sums, loss_sum, nonfinite = self._train_block(local_active, down, t, ctx)
-            self.up_layout.pack({**up_sums, "_loss": loss_sum, "_nonfinite": nonfinite}, up_buf)
+            self.up_layout.pack({**up_sums, "_loss": loss_sum, "_nonfinite": nonfinite,
+                                 "_signal": torch.zeros(())}, up_buf)
+        up_buf[self.up_layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
         # 4. one reduce to rank 0
         reduce_to_root(world, up_buf)
         # 5. server rule on rank 0, one broadcast of the next downlink
@@ -150,14 +171,16 @@ class Federation:
         if world.is_root:
             up = self.up_layout.unpack(up_buf, self.up_scalars)
             nonfinite = float(up.pop("_nonfinite"))
+            signals = float(up.pop("_signal"))
             loss_total = float(up.pop("_loss"))
             train_loss = loss_total / num_active if num_active else float("nan")
-            self.server = self.algorithm.server_update(self.server, up, ctx)
-            bad = nonfinite > 0 or not bool(torch.isfinite(self.server["x"]).all())
-            self.down_layout.pack({**self.server, "_stop": torch.tensor([2.0 if bad else 0.0])}, self.down_buf)
-        broadcast_from_root(world, self.down_buf)
-        down_next = self.down_layout.unpack(self.down_buf, self.down_scalars)
-        if float(down_next["_stop"]) == 2.0:
+            new_server = self.algorithm.server_update(self.server, up, ctx)
+            bad = nonfinite > 0 or not all(bool(torch.isfinite(v).all()) for v in new_server.values())
+            if not bad:  # a non-finite round is not applied: the state stays that of the last good round
+                self.server = new_server
+            self.pack_downlink(STOP_NONFINITE if bad else STOP_SIGNAL if signals > 0 else CONTINUE)
+        down_next = self.broadcast_downlink()
+        if float(down_next["_stop"]) == STOP_NONFINITE:
             raise NumericalError(f"round {t}: the global model or a client's upload is not finite "
                                  f"(NaN/Inf); lower the learning rates")
         # 6. bookkeeping for every client of the block, delay metrics, evaluation
@@ -192,7 +215,7 @@ class Federation:
         state = self.store.gather(rows)
         plan = self.algorithm.local_plan(down, state, clients, ctx)
         batches = self.block.batches(local_active, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps,
-                                     cfg.local.epochs)
+                                     cfg.local.epochs, cfg.local.shuffle)
         if self.strategy == "vmap":
             oracle = vmap_oracle(self.model, self.loss_fn, self.block, batches)
         else:
@@ -229,17 +252,41 @@ class Federation:
         return down["x"]
 
 
-def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True) -> RunResult:
-    """Run rounds ``start .. cfg.run.rounds - 1`` and return the final model and metrics."""
+def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True,
+          resume: str | None = None) -> RunResult:
+    """Run rounds ``start .. cfg.run.rounds - 1`` and return the final model and metrics.
+
+    With a run directory, a checkpoint is written every ``checkpoint.every`` rounds, at the end, and
+    when a stop signal arrives (then :class:`RunInterrupted` is raised after the checkpoint).
+    ``resume``: ``"auto"`` (newest valid checkpoint of the run directory, if any) or a file path.
+    """
     torch.set_num_threads(cfg.run.threads)
     fed = Federation(cfg, world, run_dir)
+    if resume is not None:
+        path = snapshot.locate(fed, resume)
+        if path is not None:
+            fed.start_round = snapshot.restore(fed, path)
+            if world.is_root and progress:
+                print(f"fedrun: resumed from {path} at round {fed.start_round}", flush=True)
+    elif run_dir is not None and list_checkpoints(run_dir):
+        raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
+                          "--resume auto or choose another run.dir")
     bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
-    for t in range(fed.start_round, cfg.run.rounds):
-        entry = fed.round(t)
-        if world.is_root:
-            fed.metrics.record(entry)
-            if bar is not None:
-                bar.update(entry)
+    every = cfg.checkpoint.every
+    with StopSignals() as signals:
+        for t in range(fed.start_round, cfg.run.rounds):
+            entry = fed.round(t, stop_requested=signals.requested)
+            if world.is_root:
+                fed.metrics.record(entry)
+                if bar is not None:
+                    bar.update(entry)
+            stop = fed.stop_code == STOP_SIGNAL
+            last = t + 1 == cfg.run.rounds
+            if run_dir is not None and (stop or last or (every > 0 and (t + 1) % every == 0)):
+                path = snapshot.save(fed, t + 1)
+                if stop:
+                    raise RunInterrupted(f"stopped by a signal after round {t}; checkpoint {path}; "
+                                         "resume with --resume auto")
     x = fed.global_model().detach().cpu().numpy().copy()
     return RunResult(x=x, metrics=fed.metrics.records, config=cfg, rank=world.rank)
 

@@ -13,11 +13,14 @@ from typing import Any, TextIO
 class MetricsLog:
     """Appends one JSON object per round to ``<run_dir>/metrics.jsonl`` and keeps them in memory."""
 
-    def __init__(self, run_dir: Path | None, records: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, run_dir: Path | None) -> None:
         self.path = None if run_dir is None else run_dir / "metrics.jsonl"
-        self.records: list[dict[str, Any]] = list(records or [])
+        self.reset([])
+
+    def reset(self, records: list[dict[str, Any]]) -> None:
+        """Continue from ``records`` (a checkpoint's): the file is rewritten to match them exactly."""
+        self.records = list(records)
         if self.path is not None:
-            # rewrite from the records we continue from, so a resumed run's file matches its checkpoint
             self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
 
     def record(self, entry: dict[str, Any]) -> None:

@@ -42,6 +42,16 @@ class World:
         if self.size > 1:
             dist.barrier()
 
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (control plane only: small objects, rare calls)."""
+        if self.size == 1:
+            return obj
+        if self.comm is not None:
+            return self.comm.bcast(obj, root=0)
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def abort(self, code: int = 1) -> None:
         """End every rank of the job now (used when one rank fails, so that no peer hangs)."""
         if self.comm is not None and self.size > 1:

@@ -30,6 +30,8 @@ def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, c
     grad_sum = torch.zeros_like(x)
     loss_sum = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
     step = lr * plan.lr_scale
+    if isinstance(step, Tensor):  # per-client scale [C]
+        step = step.to(x.dtype).unsqueeze(1)
     amsgrad = plan.optimizer if isinstance(plan.optimizer, AMSGrad) else None
     state = dict(plan.optimizer_state or {})
     if amsgrad is not None:

@@ -1,0 +1,88 @@
+"""Run every system on the workloads side by side and print one table (BENCHMARKS.md).
+
+    bench/setup_peers.sh                      # once: Flower and pfl in their own environments
+    python bench/run.py --workloads W1 W2 --reps 3 [--systems bare fedrun-1 fedrun-2 pfl-2 flower] [--record]
+
+Each (workload, system) runs ``--reps`` times as a fresh process; the table shows the median over
+repetitions of each run's median s/round (rounds 4..end) with the min-max over repetitions, the ratio
+of every system's time to fedrun on 2 ranks, and the final accuracy (a system that is fast but learns
+less is not faster). ``--record`` appends the table to bench/RESULTS.md with the date and machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ENVS = BENCH / ".envs"
+SYSTEMS = {
+    "bare": (sys.executable, ["bare_loop.py"]),
+    "fedrun-1": (sys.executable, ["fedrun_side.py", "--ranks", "1"]),
+    "fedrun-2": (sys.executable, ["fedrun_side.py", "--ranks", "2"]),
+    "pfl-1": (str(ENVS / "pfl" / "bin" / "python"), ["peer_pfl.py", "--workers", "1"]),
+    "pfl-2": (str(ENVS / "pfl" / "bin" / "python"), ["peer_pfl.py", "--workers", "2"]),
+    "flower": (str(ENVS / "flower" / "bin" / "python"), ["peer_flower.py"]),
+}
+
+
+def run_once(system: str, workload: str, extra: list[str]) -> dict:
+    python, args = SYSTEMS[system]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([python, *args, "--workload", workload, *extra], cwd=BENCH, env=env,
+                          capture_output=True, text=True, timeout=3600)
+    for line in reversed(proc.stdout.splitlines()):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "system" in rec:
+            return rec
+    raise RuntimeError(f"{system} on {workload} printed no result (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", nargs="+", default=["W1", "W2"])
+    p.add_argument("--systems", nargs="+", default=list(SYSTEMS))
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--rounds", type=int, help="override the workloads' rounds (quick checks)")
+    p.add_argument("--record", action="store_true", help="append the table to bench/RESULTS.md")
+    args = p.parse_args()
+    extra = ["--rounds", str(args.rounds)] if args.rounds else []
+    rows = []
+    for workload in args.workloads:
+        results = {}
+        for system in args.systems:
+            if not Path(SYSTEMS[system][0]).exists():
+                print(f"skip {system}: {SYSTEMS[system][0]} missing (run bench/setup_peers.sh)", file=sys.stderr)
+                continue
+            reps = [run_once(system, workload, extra) for _ in range(args.reps)]
+            medians = [r["s_per_round_median"] for r in reps]
+            results[system] = (statistics.median(medians), min(medians), max(medians),
+                               statistics.median(r["final_accuracy"] for r in reps),
+                               statistics.median(r["total_s"] for r in reps))
+            print(f"{workload} {system}: {results[system][0]:.4f} s/round", file=sys.stderr, flush=True)
+        ref = results.get("fedrun-2", (float("nan"),))[0]
+        for system, (med, lo, hi, acc, total) in results.items():
+            rows.append(f"| {workload} | {system} | {med:.4f} | {lo:.4f}-{hi:.4f} | {med / ref:.2f} | "
+                        f"{acc:.3f} | {total:.1f} |")
+    table = "\n".join(["| workload | system | median s/round | min-max | ratio to fedrun-2 | final acc | total s |",
+                       "|---|---|---|---|---|---|---|", *rows])
+    print(table)
+    if args.record:
+        machine = f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}"
+        stamp = f"{datetime.date.today()} on {platform.node()} ({machine})"
+        with (BENCH / "RESULTS.md").open("a") as fh:
+            fh.write(f"\n## {stamp}, {args.reps} repetitions\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()

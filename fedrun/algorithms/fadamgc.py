@@ -1,0 +1,100 @@
+"""FAdamGC (Chen et al., arXiv 2502.02727 v3, "Gradient Correction in FL with Adaptive Optimization").
+
+ALGORITHMS.md section 5. A "pre-estimation" correction: the drift correction enters the gradient BEFORE
+the moments of the local AMSGrad optimizer.
+
+    Server: x, y (= (1/N) sum_i y_i).   Client i: y_i (persistent, init 0).   Down (x, y), up 2.
+    local, k = 1..K from x_t:  ghat = g + y_t - y_i
+                               m <- b1 m + (1-b1) ghat ; v <- b2 v + (1-b2) ghat^2 ; vhat <- max(vhat, v)
+                               x_loc <- x_loc - eta_l m / (sqrt(vhat) + eps)       (no bias correction)
+    y_i_new = (1/K) sum_k g (raw gradients)
+    x <- x + eta_g (1/|S_t|) sum_{S_t} (x_loc - x_t)
+
+RECONSTRUCTED choices, each an option:
+
+* ``persist_moments`` (default false): m, v, vhat reset to 0 every round; true keeps them per client
+  across rounds (also across rounds in which the client is inactive).
+* ``tracking`` (default ``scaffold``): y <- y + (1/N) sum_{S_t} (y_i_new - y_i), which keeps
+  y = (1/N) sum_i y_i (section 7, item 9); ``mean_active``: y <- mean_{S_t} y_i_new (the clients then
+  upload y_i_new instead of the difference; identical under full participation).
+
+Defaults beta1 = 0.9, beta2 = 0.999, eps = 1e-8, eta_g = 1 (RECONSTRUCTED: standard Adam values).
+An empty round leaves the server state unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import Tensor
+
+from fedrun.algorithms.base import (
+    Algorithm,
+    AMSGrad,
+    Clients,
+    Declaration,
+    LocalPlan,
+    LocalResult,
+    RoundContext,
+    Vector,
+    model_delta,
+)
+from fedrun.config import require
+
+MOMENTS = ("m", "v", "vhat")
+
+
+@dataclass
+class FAdamGCHparams:
+    global_lr: float = 1.0  # eta_g
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    persist_moments: bool = False
+    tracking: Literal["scaffold", "mean_active"] = "scaffold"
+
+    def check(self) -> None:
+        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
+        require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
+        require(self.eps > 0, "algorithm.eps", "a number > 0", self.eps)
+
+
+class FAdamGC(Algorithm):
+    name = "fadamgc"
+    Hparams = FAdamGCHparams
+
+    def declare(self) -> Declaration:
+        client = (Vector("y_i"),) + (tuple(Vector(k) for k in MOMENTS) if self.hp.persist_moments else ())
+        second = Vector("dy") if self.hp.tracking == "scaffold" else Vector("y_new")
+        return Declaration(server=(Vector("x", "model"), Vector("y")), client=client, down=("x", "y"),
+                           up=(Vector("dx"), second))
+
+    def local_plan(self, down: dict[str, Tensor], state: dict[str, Tensor], clients: Clients,
+                   ctx: RoundContext) -> LocalPlan:
+        start = down["x"].expand(len(clients.ids), -1).clone()
+        moments = {k: state[k] for k in MOMENTS} if self.hp.persist_moments else None  # None: zeros
+        adam = AMSGrad(self.hp.beta1, self.hp.beta2, self.hp.eps)
+        return LocalPlan(start=start, correction=down["y"] - state["y_i"], optimizer=adam,
+                         optimizer_state=moments)
+
+    def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
+                      clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        y_new = local.grad_mean
+        second = {"dy": y_new - state["y_i"]} if self.hp.tracking == "scaffold" else {"y_new": y_new}
+        new_state = {**state, "y_i": y_new}
+        if self.hp.persist_moments:
+            new_state.update({k: local.optimizer_state[k] for k in MOMENTS})
+        return {"dx": model_delta(local, down), **second}, new_state
+
+    def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
+                      ctx: RoundContext) -> dict[str, Tensor]:
+        if ctx.num_active == 0:
+            return server
+        x = server["x"] + self.hp.global_lr * up["dx"] / ctx.num_active
+        if self.hp.tracking == "scaffold":
+            y = server["y"] + up["dy"] / ctx.num_clients
+        else:
+            y = up["y_new"] / ctx.num_active
+        return {**server, "x": x, "y": y}

@@ -1,0 +1,75 @@
+"""FedAdamom: server momentum with an adaptive, per-coordinate beta1 (Hou et al. CVPR 2026;
+ALGORITHMS.md section 4.3, confirmed against the official code's ``fedadamom`` branch).
+
+    Delta_t = (1/|S_t|) sum_{i in S_t} Delta_i
+    v       <- beta2 v + (1 - beta2) Delta_t^2           # updated BEFORE beta1_t: uses this round's Delta
+    vbar    =  (1/d) sum_j v_j                           # one scalar over ALL model coordinates
+    beta1_t =  clip(1 - v / vbar, 0, 1 - eps)            # eps: the clip margin, not a denominator term
+    m       <- beta1_t * m + (1 - beta1_t) * Delta_t
+    x       <- x + eta m                                 # no 1/sqrt(v), no bias correction; m_0 = v_0 = 0
+
+Guard (RECONSTRUCTED): vbar = 0 gives beta1_t = 0 (the code would divide 0/0).
+Empty S_t (RECONSTRUCTED): skip, nothing changes. Down 1 / up 1 (only the model is sent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedrun.algorithms.base import (
+    Algorithm,
+    Clients,
+    Declaration,
+    LocalResult,
+    RoundContext,
+    Vector,
+    model_delta,
+)
+from fedrun.config import require
+
+
+@dataclass
+class FedAdamomHparams:
+    global_lr: float = 1.0  # eta (code --globallr)
+    beta2: float = 0.05  # code --beta_0; paper ablation best 0.05 (README commands use 0.1)
+    eps: float = 1e-3  # clip margin: beta1_t <= 1 - eps (code --eps)
+
+    def check(self) -> None:
+        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
+        require(0 < self.eps <= 1, "algorithm.eps", "a number in (0, 1]", self.eps)
+
+
+def adaptive_beta1(v: Tensor, eps: float) -> Tensor:
+    """beta1_t = clip(1 - v / mean(v), 0, 1 - eps) element-wise; 0 everywhere when mean(v) = 0."""
+    vbar = v.mean()
+    if not bool(vbar > 0):
+        return torch.zeros_like(v)
+    return (1 - v / vbar).clamp(0.0, 1.0 - eps)
+
+
+class FedAdamom(Algorithm):
+    name = "fedadamom"
+    Hparams = FedAdamomHparams
+
+    def declare(self) -> Declaration:
+        return Declaration(server=(Vector("x", "model"), Vector("m"), Vector("v")), down=("x",),
+                           up=(Vector("delta"),))
+
+    def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
+                      clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        return {"delta": model_delta(local, down)}, state
+
+    def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
+                      ctx: RoundContext) -> dict[str, Tensor]:
+        if ctx.num_active == 0:
+            return server
+        hp = self.hp
+        delta = up["delta"] / ctx.num_active
+        v = hp.beta2 * server["v"] + (1 - hp.beta2) * delta * delta
+        beta1 = adaptive_beta1(v, hp.eps)
+        m = beta1 * server["m"] + (1 - beta1) * delta
+        return {**server, "x": server["x"] + hp.global_lr * m, "m": m, "v": v}

@@ -1,0 +1,193 @@
+"""Server optimizers on the mean client update (ALGORITHMS.md section 4.1 and 4.2).
+
+Clients run plain local SGD from x and upload Delta_i = x_i^(t,K) - x^(t); the server forms
+
+    Delta_t = sum_{i in S_t} w_i Delta_i      (w_i = 1/|S_t|; or n_i / sum_{S_t} n_j, Flower's default)
+
+and treats it as a pseudo-gradient (signed as movement):
+
+* FedAvgM (4.2, heavy ball without damping):  m <- beta m + Delta_t ;  x <- x + eta m
+* FedAdam / FedYogi / FedAdagrad (4.1, Reddi et al. 2021), one skeleton:
+
+      m <- beta1 m + (1 - beta1) Delta_t
+      v <- rule(v, Delta_t^2)       Adam:    beta2 v + (1 - beta2) Delta_t^2
+                                    Yogi:    v - (1 - beta2) Delta_t^2 * sign(v - Delta_t^2)   (sign(0) = 0)
+                                    Adagrad: v + Delta_t^2
+      x <- x + eta m / (sqrt(v) + tau)
+
+Down 1 / up 1 vector. Empty S_t: nothing changes, no moment decay (RECONSTRUCTED convention of 4.1).
+Options: ``bias_correction`` (default false, Reddi/Flower; FADAS applies Adam's), ``v_init``
+(``tau_squared``: v_{-1} = tau^2 as in the paper, the spec's default; ``zero``: Flower/FedAdamom).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from fedrun.algorithms.base import (
+    Algorithm,
+    Clients,
+    Declaration,
+    Entry,
+    LocalResult,
+    RoundContext,
+    Scalar,
+    Vector,
+    model_delta,
+    rows,
+)
+from fedrun.config import require
+
+Weighting = Literal["uniform", "data_size"]
+
+
+class ServerOptimizer(Algorithm):
+    """Plain local SGD on the clients; the subclass turns the mean update Delta_t into a server step.
+
+    Subclasses set ``server_state()`` (entries besides x) and ``step(server, delta) -> changed entries``.
+    Their Hparams carry ``weighting`` (uniform or data_size).
+    """
+
+    def server_state(self) -> tuple[Entry, ...]:
+        raise NotImplementedError
+
+    def step(self, server: dict[str, Tensor], delta: Tensor) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def declare(self) -> Declaration:
+        up: tuple[Entry, ...] = (Vector("delta"),)
+        if self.hp.weighting == "data_size":
+            up += (Scalar("weight"),)
+        return Declaration(server=(Vector("x", "model"), *self.server_state()), down=("x",), up=up)
+
+    def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
+                      clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        delta = model_delta(local, down)
+        if self.hp.weighting == "data_size":
+            return {"delta": rows(clients.num_examples) * delta, "weight": clients.num_examples}, state
+        return {"delta": delta}, state
+
+    def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
+                      ctx: RoundContext) -> dict[str, Tensor]:
+        if ctx.num_active == 0:  # skip: no step, no moment decay
+            return server
+        divisor = up["weight"] if self.hp.weighting == "data_size" else ctx.num_active
+        return {**server, **self.step(server, up["delta"] / divisor)}
+
+
+# ------------------------------------------------------------------------------------------ FedAvgM
+
+
+@dataclass
+class FedAvgMHparams:
+    global_lr: float = 1.0  # eta
+    beta: float = 0.9  # server momentum (no damping: effective step eta / (1 - beta))
+    weighting: Weighting = "uniform"
+
+    def check(self) -> None:
+        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        require(0 <= self.beta < 1, "algorithm.beta", "a number in [0, 1)", self.beta)
+
+
+class FedAvgM(ServerOptimizer):
+    """Section 4.2: m <- beta m + Delta_t ; x <- x + eta m. beta = 0 is FedAvg with server lr eta."""
+
+    name = "fedavgm"
+    Hparams = FedAvgMHparams
+
+    def server_state(self) -> tuple[Entry, ...]:
+        return (Vector("m"),)
+
+    def step(self, server: dict[str, Tensor], delta: Tensor) -> dict[str, Tensor]:
+        m = self.hp.beta * server["m"] + delta
+        return {"m": m, "x": server["x"] + self.hp.global_lr * m}
+
+
+# ------------------------------------------------------------------------ FedAdam / FedYogi / FedAdagrad
+
+
+@dataclass
+class AdaptiveHparams:
+    global_lr: float = 1e-2  # eta: tuned per task (Flower FedYogi's default; the paper grids powers of 10)
+    beta1: float = 0.9
+    tau: float = 1e-3  # adaptivity (denominator) term
+    v_init: Literal["tau_squared", "zero"] = "tau_squared"  # v_{-1}: paper tau^2, Flower 0
+    bias_correction: bool = False  # Adam's 1/(1 - beta^n) on m (and v for the EMA rules)
+    weighting: Weighting = "uniform"
+
+    def check(self) -> None:
+        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
+        require(self.tau >= 0, "algorithm.tau", "a number >= 0", self.tau)
+
+
+@dataclass
+class EmaHparams(AdaptiveHparams):
+    beta2: float = 0.99
+
+    def check(self) -> None:
+        super().check()
+        require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
+
+
+@dataclass
+class AdagradHparams(AdaptiveHparams):
+    beta1: float = 0.0  # Flower fixes beta1 = 0 for FedAdagrad (no momentum)
+
+
+class AdaptiveServer(ServerOptimizer):
+    """The FedOpt skeleton of section 4.1; subclasses give the second-moment rule."""
+
+    ema: ClassVar[bool]  # v is an exponential average (bias correction of v applies)
+
+    def second_moment(self, v: Tensor, sq: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def server_state(self) -> tuple[Entry, ...]:
+        v0 = self.hp.tau ** 2 if self.hp.v_init == "tau_squared" else 0.0
+        return (Vector("m"), Vector("v", v0), Scalar("steps"))
+
+    def step(self, server: dict[str, Tensor], delta: Tensor) -> dict[str, Tensor]:
+        hp = self.hp
+        steps = server["steps"] + 1
+        m = hp.beta1 * server["m"] + (1 - hp.beta1) * delta
+        v = self.second_moment(server["v"], delta * delta)
+        m_hat, v_hat = m, v
+        if hp.bias_correction:
+            if hp.beta1 > 0:
+                m_hat = m / (1 - hp.beta1 ** steps)
+            if self.ema and hp.beta2 > 0:
+                v_hat = v / (1 - hp.beta2 ** steps)
+        x = server["x"] + hp.global_lr * m_hat / (v_hat.sqrt() + hp.tau)
+        return {"x": x, "m": m, "v": v, "steps": steps}
+
+
+class FedAdam(AdaptiveServer):
+    name = "fedadam"
+    Hparams = EmaHparams
+    ema = True
+
+    def second_moment(self, v: Tensor, sq: Tensor) -> Tensor:
+        return self.hp.beta2 * v + (1 - self.hp.beta2) * sq
+
+
+class FedYogi(AdaptiveServer):
+    name = "fedyogi"
+    Hparams = EmaHparams
+    ema = True
+
+    def second_moment(self, v: Tensor, sq: Tensor) -> Tensor:
+        return v - (1 - self.hp.beta2) * sq * torch.sign(v - sq)
+
+
+class FedAdagrad(AdaptiveServer):
+    name = "fedadagrad"
+    Hparams = AdagradHparams
+    ema = False
+
+    def second_moment(self, v: Tensor, sq: Tensor) -> Tensor:
+        return v + sq

@@ -1,0 +1,70 @@
+"""Config validation: typed fields, unknown keys, one-line errors through the real CLI."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_ranks
+
+from fedrun.config import ConfigError, load_config
+
+
+@pytest.mark.parametrize("override, field", [
+    ("run.rounds=0", "run.rounds"),
+    ("run.rounds=ten", "run.rounds"),
+    ("run.dtype=float16", "run.dtype"),
+    ("run.bogus=1", "run.bogus"),
+    ("local.lr=-1", "local.lr"),
+    ("local.lr=[1]", "local.lr"),
+    ("local.steps=2.5", "local.steps"),
+    ("local.momentum=1.0", "local.momentum"),
+    ("local.strategy=gpu", "local.strategy"),
+    ("data.num_clients=0", "data.num_clients"),
+    ("data.alpha=0", "data.alpha"),
+    ("data.synthetic.shape=[3,32]", "data.synthetic.shape"),
+    ("participation.clients_per_round=0", "participation.clients_per_round"),
+    ("participation.probability=1.5", "participation.probability"),
+    ("algorithm.name=fedsgd", "algorithm.name"),
+    ("algorithm.global_lr=0", "algorithm.global_lr"),
+    ("algorithm.momentum=0.9", "algorithm.momentum"),
+    ("eval.every=-1", "eval.every"),
+    ("checkpoint.keep=0", "checkpoint.keep"),
+    ("nosection.key=1", "nosection"),
+])
+def test_bad_values_name_the_field(override, field):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    message = str(err.value)
+    assert message.startswith(field) and "\n" not in message
+
+
+def test_overrides_are_typed_and_applied():
+    cfg = load_config(None, ["local.lr=1e-2", "data.synthetic.shape=[16]", "participation.probability=null",
+                             "algorithm.name=fedavg", "algorithm.weighting=data_size"])
+    assert cfg.local.lr == 0.01 and cfg.data.synthetic.shape == [16]
+    assert cfg.participation.probability is None
+    assert cfg.algorithm.hparams.weighting == "data_size"
+
+
+def test_yaml_file_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run: [1, 2\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_config(bad)
+    bad.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_cli_prints_one_line_without_traceback():
+    proc = run_ranks(0, ["-m", "fedrun", "train", "--config", "configs/quickstart.yaml", "local.lr=abc"], check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "fedrun: error: local.lr: expected a number, got 'abc'"
+
+
+@pytest.mark.mpi
+def test_cli_error_under_mpiexec_is_reported_once():
+    proc = run_ranks(2, ["-m", "fedrun", "train", "--config", "configs/quickstart.yaml", "run.unknown=1"], check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.count("run.unknown: unknown key") == 1 and "Traceback" not in proc.stderr

@@ -1,0 +1,130 @@
+"""Checkpoint-resume of real multi-rank runs: bit-identical, elastic, corruption fallback, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import LEAST_SQUARES, REPO, child_env, mpiexec, run_ranks
+
+pytestmark = pytest.mark.mpi
+
+# algorithms with per-client state are added here as they land (see tests/test_resume_stateful below)
+BASE = [*LEAST_SQUARES, "data.num_clients=7", "local.steps=3", "local.lr=0.05",
+        "participation.pattern=uniform", "participation.clients_per_round=3"]
+
+
+def train_args(run_dir: Path, rounds: int, extra: list[str], resume: bool = False) -> list[str]:
+    args = ["-m", "fedrun", "train", "--quiet", f"run.dir={run_dir}", f"run.rounds={rounds}", *BASE, *extra]
+    return [*args, "--resume", "auto"] if resume else args
+
+
+def final_state(run_dir: Path) -> dict[str, np.ndarray]:
+    """Every server and client dataset of the newest checkpoint, read back with plain h5py."""
+    path = sorted(run_dir.glob("ckpt_*.h5"))[-1]
+    out = {}
+    with h5py.File(path, "r") as f:
+        for group in ("server", "clients"):
+            for name in f.get(group, {}):
+                out[f"{group}/{name}"] = f[group][name][()]
+        out["meta/round"] = f["meta/round"][()]
+    return out
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        r.pop("wall_s")
+    return rows
+
+
+def assert_same_run(a: Path, b: Path, exact: bool = True, rtol: float = 0.0) -> None:
+    sa, sb = final_state(a), final_state(b)
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        if exact:
+            assert np.array_equal(sa[key], sb[key]), key
+        else:
+            np.testing.assert_allclose(sb[key], sa[key], rtol=rtol, atol=rtol * np.abs(sa[key]).max(), err_msg=key)
+    if exact:
+        assert metrics(a) == metrics(b)
+
+
+def kill_after(args: list[str], run_dir: Path, rounds_done: int, ranks: int = 2) -> None:
+    """Start ``ranks`` ranks, SIGKILL the whole job once ``rounds_done`` rounds are logged."""
+    proc = subprocess.Popen([mpiexec(), "-n", str(ranks), sys.executable, *args], env=child_env(), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = run_dir / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= rounds_done:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_sigkill_then_resume_is_bit_identical(tmp_path, seed):
+    extra = [f"run.seed={seed}", "checkpoint.every=1"]
+    rounds = 150
+    run_ranks(2, train_args(tmp_path / "whole", rounds, extra))
+    cut = random.Random(seed).randrange(10, 60)
+    kill_after(train_args(tmp_path / "cut", rounds, extra), tmp_path / "cut", cut)
+    assert final_state(tmp_path / "cut")["meta/round"] < rounds
+    run_ranks(2, train_args(tmp_path / "cut", rounds, extra, resume=True))
+    assert_same_run(tmp_path / "whole", tmp_path / "cut")
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_resume_on_a_different_number_of_ranks(tmp_path, ranks):
+    run_ranks(2, train_args(tmp_path / "whole", 30, []))
+    run_ranks(2, train_args(tmp_path / "elastic", 12, []))
+    run_ranks(ranks, train_args(tmp_path / "elastic", 30, [], resume=True))
+    assert_same_run(tmp_path / "whole", tmp_path / "elastic", exact=False, rtol=1e-10)
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path):
+    run_ranks(2, train_args(tmp_path / "whole", 20, []))
+    run = tmp_path / "run"
+    run_ranks(2, train_args(run, 8, ["checkpoint.every=2"]))
+    newest = run / "ckpt_00000008.h5"
+    data = bytearray(newest.read_bytes())
+    newest.write_bytes(bytes(data[: len(data) // 2]))  # truncated, as by a crash of the disk
+    proc = run_ranks(2, train_args(run, 20, ["checkpoint.every=2"], resume=True))
+    assert "ckpt_00000008.h5" in proc.stdout + proc.stderr  # the warning names the bad file
+    assert "resumed from" not in proc.stdout or "ckpt_00000006.h5" in proc.stdout
+    assert_same_run(tmp_path / "whole", run)
+
+
+def test_sigterm_writes_a_checkpoint_and_exits_75(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, *train_args(run, 100000, [])],
+                            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.exists() and len(log.read_text().splitlines()) >= 5):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err
+    state = final_state(run)
+    assert state["meta/round"] == len(log.read_text().splitlines()) >= 5
+    assert "resume with --resume auto" in err
+
+
+def test_refuses_to_overwrite_another_runs_checkpoints(tmp_path):
+    run_ranks(0, train_args(tmp_path / "run", 3, []))
+    proc = run_ranks(0, train_args(tmp_path / "run", 3, []), check=False)
+    assert proc.returncode == 2
+    assert "holds checkpoints" in proc.stderr and "Traceback" not in proc.stderr
