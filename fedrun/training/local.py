@@ -25,6 +25,8 @@ from fedrun.training.gradients import Oracle
 def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig) -> LocalResult:
     """``step_active`` [C, K] bool: whether client c takes step k."""
     x = plan.start.clone()
+    if plan.steps is not None:
+        step_active = step_active[:, :plan.steps]
     num_steps = step_active.shape[1]
     ragged = not bool(step_active.all())
     grad_sum = torch.zeros_like(x)
@@ -33,8 +35,11 @@ def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, c
     if isinstance(step, Tensor):  # per-client scale [C]
         step = step.to(x.dtype).unsqueeze(1)
     amsgrad = plan.optimizer if isinstance(plan.optimizer, AMSGrad) else None
+    rule = None if amsgrad is not None or plan.optimizer == "sgd" else plan.optimizer
     state = dict(plan.optimizer_state or {})
-    if amsgrad is not None:
+    if rule is not None:
+        state = rule.init(x, plan.optimizer_state)
+    elif amsgrad is not None:
         for key in ("m", "v", "vhat"):
             state.setdefault(key, torch.zeros_like(x))
     elif cfg.momentum > 0:
@@ -42,8 +47,7 @@ def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, c
     for k in range(num_steps):
         g, loss = oracle(x, k)
         if cfg.grad_clip > 0:
-            norms = g.norm(dim=1, keepdim=True)
-            g = g * torch.clamp(cfg.grad_clip / norms.clamp_min(1e-30), max=1.0)
+            g = _clip(g, cfg.grad_clip)
         active = step_active[:, k].to(x.dtype).unsqueeze(1)
         grad_sum += g * active if ragged else g
         loss_sum += loss * active[:, 0] if ragged else loss
@@ -52,7 +56,17 @@ def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, c
         u = g if plan.correction is None else g + plan.correction
         if cfg.weight_decay > 0:
             u = u + cfg.weight_decay * x
-        if amsgrad is not None:
+        if rule is not None:
+            def grad_at(point: Tensor, k: int = k) -> Tensor:
+                h = oracle(point, k)[0]
+                h = _clip(h, cfg.grad_clip) if cfg.grad_clip > 0 else h
+                h = h if plan.correction is None else h + plan.correction
+                return h + cfg.weight_decay * point if cfg.weight_decay > 0 else h
+
+            direction, new = rule.step(k, x, u, state, grad_at)
+            state = {key: state[key] + active * (value - state[key]) if ragged and key in state else value
+                     for key, value in new.items()}
+        elif amsgrad is not None:
             new = _amsgrad_step(state, u, amsgrad)
             direction = new["m"] / (new["vhat"].sqrt() + amsgrad.eps)
             for key, value in new.items():
@@ -66,7 +80,12 @@ def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, c
         x = x - step * (active * direction if ragged else direction)
     counts = step_active.sum(dim=1).clamp_min(1).to(x.dtype)
     return LocalResult(x_end=x, grad_mean=grad_sum / counts.unsqueeze(1), loss=loss_sum / counts,
-                       optimizer_state=state if amsgrad is not None else {})
+                       optimizer_state=state if amsgrad is not None or rule is not None else {})
+
+
+def _clip(g: Tensor, clip: float) -> Tensor:
+    norms = g.norm(dim=1, keepdim=True)
+    return g * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)
 
 
 def _amsgrad_step(state: dict[str, Tensor], u: Tensor, opt: AMSGrad) -> dict[str, Tensor]:
