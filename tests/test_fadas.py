@@ -43,7 +43,7 @@ def test_p_f1_sync_reduction_to_fedadam():
     ds = deltas(growing=True)
     a = run("fadas", ds, global_lr=0.05, bias_correction=False, eps=1e-3)
     b = run("fedadam", ds, global_lr=0.05, beta2=0.99, tau=1e-3, v_init="zero")
-    for sa, sb in zip(a, b):
+    for sa, sb in zip(a, b, strict=True):
         torch.testing.assert_close(sa["x"], sb["x"], rtol=0, atol=1e-15)
 
 
@@ -75,7 +75,7 @@ def test_p_f5_state_independent_of_staleness():
     ds = deltas(10, seed=5)
     a = run("fadas", ds, taus=[0] * 10)
     b = run("fadas", ds, taus=[0, 3, 7, 1, 2, 9, 4, 4, 0, 6])
-    for sa, sb in zip(a, b):
+    for sa, sb in zip(a, b, strict=True):
         for k in ("m", "v", "vhat", "steps"):
             assert torch.equal(sa[k], sb[k])
     assert not torch.equal(a[-1]["x"], b[-1]["x"])
@@ -85,7 +85,7 @@ def test_p_f6_scale_invariance():
     ds = deltas(6, seed=7)
     a = run("fadas", ds, eps=0.0)
     b = run("fadas", [3.0 * d for d in ds], eps=0.0)
-    for sa, sb in zip(a, b):
+    for sa, sb in zip(a, b, strict=True):
         torch.testing.assert_close(sb["x"], sa["x"], rtol=1e-12, atol=1e-15)
         torch.testing.assert_close(sb["m"], 3 * sa["m"], rtol=1e-12, atol=0)
         torch.testing.assert_close(sb["vhat"], 9 * sa["vhat"], rtol=1e-12, atol=0)

@@ -229,7 +229,7 @@ def _print(cfg: EscapeConfig, results: dict[str, dict]) -> None:
           f"K={cfg.local_steps} eta_l={cfg.local_lr} sigma2={sigma2_for(cfg):.4g}")
     for o, r in results.items():
         print(f"{o}:")
-        for k, g, n, ml in zip(r["k"], r["rate"], r["escapes"], r["minus_log_rate"]):
+        for k, g, n, ml in zip(r["k"], r["rate"], r["escapes"], r["minus_log_rate"], strict=True):
             print(f"  k={k:<5} escapes={n:<5} rate={g:.4g}  -log(rate)={ml:.3f}")
         if "p" in r:
             print(f"  fitted exponent p={r['p']:.2f}  r(1/k)={r['r_inv_k']:.4f}  "
@@ -243,7 +243,7 @@ def _plot(results: dict[str, dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, (label, power) in zip(axes, (("1/k", 1.0), ("1/sqrt(k)", 0.5))):
+    for ax, (label, power) in zip(axes, (("1/k", 1.0), ("1/sqrt(k)", 0.5)), strict=True):
         for o, r in results.items():
             k = np.asarray(r["k"])
             ax.plot(k ** -power, r["minus_log_rate"], "o-", label=f"{o} (p={r.get('p', float('nan')):.2f})")
