@@ -197,6 +197,33 @@ class CheckpointConfig:
 
 
 @dataclass
+class AsyncConfig:
+    """Buffered asynchronous server steps (FADAS/FedBuff; ALGORITHMS-BASELINES.md 1.4, docs/algorithms/
+    fadas_fedcada_fafed_async.md). When enabled, ``participation`` is not used: ``concurrency`` clients
+    train at once, each with a simulated duration, and the server steps whenever ``buffer_size`` updates
+    have arrived; ``run.rounds`` counts server steps."""
+
+    enabled: bool = False
+    buffer_size: int = 5  # M (FADAS update_freq)
+    concurrency: int = 10  # C: clients in flight (FADAS: max(floor(frac N), 1))
+    durations: Literal["classes", "constant"] = "classes"
+    # speed classes: class c takes U(lo_c, hi_c) time units (FADAS code; [50, 80] for its large_delay)
+    class_ranges: list[list[float]] = field(default_factory=lambda: [[1.0, 2.0], [3.0, 5.0], [5.0, 8.0]])
+    class_scale: float = 1.0  # s: class shares drawn from Dirichlet(3s, 2s, s), then one class per client
+    constant_duration: float = 1.0  # durations: constant
+
+    def check(self) -> None:
+        require(self.buffer_size >= 1, "asynchrony.buffer_size", "an integer >= 1", self.buffer_size)
+        require(self.concurrency >= self.buffer_size, "asynchrony.concurrency", "an integer >= buffer_size",
+                self.concurrency)
+        require(len(self.class_ranges) >= 1 and all(len(r) == 2 and 0 <= r[0] <= r[1] for r in self.class_ranges),
+                "asynchrony.class_ranges", "a list of [lo, hi] with 0 <= lo <= hi", self.class_ranges)
+        require(self.class_scale > 0, "asynchrony.class_scale", "a number > 0", self.class_scale)
+        require(self.constant_duration > 0, "asynchrony.constant_duration", "a number > 0",
+                self.constant_duration)
+
+
+@dataclass
 class AlgorithmConfig:
     """``name`` plus the algorithm's own hyperparameters (a dataclass instance, validated on load)."""
 
@@ -214,6 +241,7 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    asynchrony: AsyncConfig = field(default_factory=AsyncConfig)
 
     def run_dir(self) -> Path:
         return Path(self.run.dir.format(name=self.run.name, seed=self.run.seed))

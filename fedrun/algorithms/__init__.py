@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from fedrun.algorithms.base import Algorithm
 from fedrun.algorithms.fadamgc import FAdamGC
+from fedrun.algorithms.fadas import FADAS
+from fedrun.algorithms.fafed import FAFED
 from fedrun.algorithms.fedadamom import FedAdamom
 from fedrun.algorithms.fedau import FedAU
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedawe import FedAWE
+from fedrun.algorithms.fedcada import FedCAda
 from fedrun.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from fedrun.algorithms.fedsum import FedSum, FedSumB, FedSumCR
 from fedrun.algorithms.memory import FedVarp, Mifa
@@ -17,6 +20,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
     FedAvg,
     FedAvgM, FedAdam, FedYogi, FedAdagrad, FedAdamom, Mifa, FedVarp, FedAU, FedAWE,
     FedSumB, FedSum, FedSumCR, Scaffold, FAdamGC,
+    FADAS, FedCAda, FAFED,
 )}
 
 

@@ -23,8 +23,9 @@ broadcast layouts, checkpoint contents and communication accounting.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Protocol
 
 from torch import Tensor
 
@@ -87,6 +88,25 @@ class AMSGrad:
     eps: float = 1e-8
 
 
+class LocalRule(Protocol):
+    """A custom local optimizer (FedCAda's client Adam, FAFED's STORM). The step contract of ``run_local``:
+
+    * ``init(x, state)``: ``x`` [C, d] the starting points, ``state`` the plan's ``optimizer_state``
+      (or None); returns the rule's state, a dict of ``[C, ...]`` tensors;
+    * for every local step ``k``: ``u`` is the processed gradient at the current point ``x`` (clipped,
+      plus the plan's correction and weight decay), ``grad_at(point)`` returns the processed gradient at
+      another ``[C, d]`` point ON THE SAME MINIBATCH k (one more oracle call each time it is called);
+      ``step(k, x, u, state, grad_at)`` returns ``(direction, new_state)`` and the runtime moves
+      ``x <- x - lr * lr_scale * direction``. Clients without step k (epochs mode) keep x and state.
+    * the final state is returned in ``LocalResult.optimizer_state``.
+    """
+
+    def init(self, x: Tensor, state: dict[str, Tensor] | None) -> dict[str, Tensor]: ...
+
+    def step(self, k: int, x: Tensor, u: Tensor, state: dict[str, Tensor],
+             grad_at: Callable[[Tensor], Tensor]) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
 @dataclass
 class LocalPlan:
     """What a block of C participating clients does locally this round (ALGORITHMS.md 0.3).
@@ -99,8 +119,9 @@ class LocalPlan:
     correction: Tensor | None = None  # [C, d] added to every raw gradient
     lr_scale: float | Tensor = 1.0  # FedSUM's 1/N; a [C] tensor scales each client's steps separately
     move: bool = True  # False: K gradients at the starting point (FedSUM-B)
-    optimizer: Literal["sgd"] | AMSGrad = "sgd"
+    optimizer: Literal["sgd"] | AMSGrad | LocalRule = "sgd"
     optimizer_state: dict[str, Tensor] | None = None  # persisted local optimizer state, [C, d] each
+    steps: int | None = None  # run only the first ``steps`` local steps this round (None: all K)
 
 
 @dataclass
@@ -120,6 +141,7 @@ class Clients:
     participations: Tensor  # rounds in which the client took part before this one
     last_active: Tensor  # last round it took part in before this one, -1 if never
     probability: Tensor | None = None  # known participation probability p_i^t, when the pattern has one
+    staleness: Tensor | None = None  # asynchronous mode: server steps since the client's start model
 
 
 @dataclass
@@ -131,6 +153,11 @@ class RoundContext:
     local_steps: int  # K (nominal)
     dim: int  # d
     total_examples: float = 0.0  # sum_j n_j over all N clients (data-size weights p_i = n_i / total)
+    total_rounds: int = 0  # T (run.rounds): for schedules defined relative to the run length
+    # asynchronous mode (fedrun.federation.async_rounds): staleness tau_i = t - t_i^start of each update
+    # the server rule receives this step, in client-id order; None (and 0) in synchronous rounds
+    staleness: Tensor | None = None
+    max_staleness: int = 0
 
 
 class Algorithm:

@@ -165,7 +165,8 @@ class Federation:
         num_active = int(active.sum())
         lr = local_lr(cfg.local, t)
         ctx = RoundContext(round=t, lr=lr, num_clients=self.num_clients, num_active=num_active,
-                           local_steps=cfg.local.steps, dim=self.dim, total_examples=self.total_examples)
+                           local_steps=cfg.local.steps, dim=self.dim, total_examples=self.total_examples,
+                           total_rounds=cfg.run.rounds)
         # 2. this round's downlink
         down = self.down_layout.unpack(self.down_buf, self.down_scalars)
         down = {k: v for k, v in down.items() if not k.startswith("_")}
@@ -262,6 +263,13 @@ class Federation:
             out["test_accuracy"] = correct / count
         return out
 
+    def runtime_state(self) -> dict[str, np.ndarray]:
+        """Extra run state for the checkpoint (replicated on every rank); none in synchronous rounds."""
+        return {}
+
+    def load_runtime_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`runtime_state` returned (called on every rank)."""
+
     def global_model(self) -> Tensor:
         down = self.down_layout.unpack(self.down_buf, self.down_scalars)
         return down["x"]
@@ -276,7 +284,12 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     ``resume``: ``"auto"`` (newest valid checkpoint of the run directory, if any) or a file path.
     """
     torch.set_num_threads(cfg.run.threads)
-    fed = Federation(cfg, world, run_dir)
+    if cfg.asynchrony.enabled:  # buffered asynchronous server steps (fedrun.federation.async_rounds)
+        from fedrun.federation.async_rounds import AsyncFederation
+
+        fed: Federation = AsyncFederation(cfg, world, run_dir)
+    else:
+        fed = Federation(cfg, world, run_dir)
     if resume is not None:
         path = snapshot.locate(fed, resume)
         if path is not None:

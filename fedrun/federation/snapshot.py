@@ -58,6 +58,8 @@ def save(fed: Federation, next_round: int) -> Path | None:
             attempt(writer.write, f"participation/{name}", value)
         for name, value in fed.delay.state_dict().items():
             attempt(writer.write, f"history/{name}", value)
+        for name, value in fed.runtime_state().items():  # e.g. the asynchronous mode's in-flight tasks
+            attempt(writer.write, f"runtime_state/{name}", value)
         attempt(writer.write, "random/seed", np.int64(cfg.run.seed))
         attempt(writer.write, "runtime/strategy", fed.strategy)
         attempt(writer.write, "metrics/jsonl", "".join(json.dumps(r) + "\n" for r in fed.metrics.records))
@@ -144,6 +146,8 @@ def restore(fed: Federation, path: Path) -> int:
         fed.participation.load_state_dict({n: ckpt.read(f"participation/{n}") for n in ckpt.names("participation")})
         fed.delay.load_state_dict({n: ckpt.read(f"history/{n}") for n in ckpt.names("history")})
         fed.strategy = str(ckpt.read("runtime/strategy"))
+        if "runtime_state" in ckpt.names():
+            fed.load_runtime_state({n: ckpt.read(f"runtime_state/{n}") for n in ckpt.names("runtime_state")})
         records = [json.loads(line) for line in ckpt.read("metrics/jsonl").splitlines() if line.strip()]
         next_round = int(meta["round"])
     if fed.world.is_root:

@@ -7,6 +7,8 @@ Each step k of client i, with g the raw minibatch gradient at the current local 
     SGD:      buf <- momentum * buf + u ; x <- x - lr * lr_scale * buf   (buf = u without momentum)
     AMSGrad:  m <- b1 m + (1-b1) u ; v <- b2 v + (1-b2) u^2 ; vhat <- max(vhat, v)
               x <- x - lr * lr_scale * m / (sqrt(vhat) + eps)           (FAdamGC, section 5)
+    LocalRule: direction, state <- rule.step(k, x, u, state, grad_at) ; x <- x - lr * lr_scale * direction
+              (FedCAda's client Adam, FAFED's STORM; see fedrun.algorithms.base.LocalRule)
 
 It returns the end points, the mean of the raw gradients (SCAFFOLD's c_i+, FedSUM's h_i) and the
 mean loss. Clients with fewer local steps than others (epochs mode) are frozen once they finish.
@@ -18,18 +20,31 @@ stay in cache (the arithmetic per row is the same either way). Updates are in pl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from fedrun.algorithms.base import AMSGrad, LocalPlan, LocalResult
+from fedrun.algorithms.base import AMSGrad, LocalPlan, LocalResult, LocalRule
 from fedrun.config import LocalConfig
 from fedrun.training.gradients import Oracle
+
+
+@dataclass
+class _Optimizer:
+    """The local optimizer of one round: at most one of ``amsgrad`` and ``rule``; SGD otherwise."""
+
+    amsgrad: AMSGrad | None
+    rule: LocalRule | None
+    momentum: float
 
 
 def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig,
               group_size: int | None = None) -> LocalResult:
     """``step_active`` [C, K] bool: whether client c takes step k; ``group_size`` rows per oracle call."""
     x = plan.start.clone()
+    if plan.steps is not None:
+        step_active = step_active[:, :plan.steps]
     num_clients = x.shape[0]
     grad_sum = torch.zeros_like(x)
     loss_sum = torch.zeros(num_clients, dtype=x.dtype, device=x.device)
@@ -37,46 +52,61 @@ def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, c
     if isinstance(step, Tensor):  # per-client scale [C]
         step = step.to(x.dtype).unsqueeze(1)
     amsgrad = plan.optimizer if isinstance(plan.optimizer, AMSGrad) else None
+    rule = None if amsgrad is not None or plan.optimizer == "sgd" else plan.optimizer
     state: dict[str, Tensor] = {}
-    if amsgrad is not None:
+    if rule is not None:
+        state = rule.init(x, plan.optimizer_state)
+    elif amsgrad is not None:
         state = {key: value.clone() for key, value in (plan.optimizer_state or {}).items()}
         for key in ("m", "v", "vhat"):
             state.setdefault(key, torch.zeros_like(x))
     elif cfg.momentum > 0 and plan.move:
         state = {"momentum": torch.zeros_like(x)}
+    opt = _Optimizer(amsgrad, rule, cfg.momentum)
     group = group_size or num_clients
     for start in range(0, num_clients, group):
         rows = slice(start, min(num_clients, start + group))
         _run_rows(rows, x, grad_sum, loss_sum, {k: v[rows] for k, v in state.items()}, plan,
-                  step[rows] if isinstance(step, Tensor) else step, step_active[rows], oracle, amsgrad, cfg)
+                  step[rows] if isinstance(step, Tensor) else step, step_active[rows], oracle, opt, cfg)
     counts = step_active.sum(dim=1).clamp_min(1).to(x.dtype)
     return LocalResult(x_end=x, grad_mean=grad_sum / counts.unsqueeze(1), loss=loss_sum / counts,
-                       optimizer_state=state if amsgrad is not None else {})
+                       optimizer_state=state if amsgrad is not None or rule is not None else {})
 
 
 def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state: dict[str, Tensor],
               plan: LocalPlan, step: float | Tensor, active_steps: Tensor, oracle: Oracle,
-              amsgrad: AMSGrad | None, cfg: LocalConfig) -> None:
+              opt: _Optimizer, cfg: LocalConfig) -> None:
     xs, gs, ls = x[rows], grad_sum[rows], loss_sum[rows]
     correction = None if plan.correction is None else plan.correction[rows]
     ragged = not bool(active_steps.all())
+
+    def processed(g: Tensor, point: Tensor) -> Tensor:
+        """u = clip(g) + correction + weight_decay * point."""
+        u = g if correction is None else g + correction
+        return u + cfg.weight_decay * point if cfg.weight_decay > 0 else u
+
     for k in range(active_steps.shape[1]):
         g, loss = oracle(xs, rows, k)
         if cfg.grad_clip > 0:
-            norms = g.norm(dim=1, keepdim=True)
-            g = g * torch.clamp(cfg.grad_clip / norms.clamp_min(1e-30), max=1.0)
+            g = _clip(g, cfg.grad_clip)
         mask = active_steps[:, k].to(x.dtype).unsqueeze(1) if ragged else None
         gs.add_(g * mask if ragged else g)
         ls.add_(loss * mask[:, 0] if ragged else loss)
         if not plan.move:
             continue
-        u = g if correction is None else g + correction
-        if cfg.weight_decay > 0:
-            u = u + cfg.weight_decay * xs
-        if amsgrad is not None:
-            direction = _amsgrad_step(state, u, amsgrad, mask)
+        u = processed(g, xs)
+        if opt.rule is not None:
+            def grad_at(point: Tensor, k: int = k) -> Tensor:
+                h = oracle(point, rows, k)[0]
+                return processed(_clip(h, cfg.grad_clip) if cfg.grad_clip > 0 else h, point)
+
+            direction, new = opt.rule.step(k, xs, u, state, grad_at)
+            for key, value in new.items():
+                _assign(state[key], value, mask)
+        elif opt.amsgrad is not None:
+            direction = _amsgrad_step(state, u, opt.amsgrad, mask)
         elif "momentum" in state:
-            buf = cfg.momentum * state["momentum"] + u
+            buf = opt.momentum * state["momentum"] + u
             _assign(state["momentum"], buf, mask)
             direction = buf
         else:
@@ -87,6 +117,11 @@ def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state:
             xs.sub_(step * direction)
         else:
             xs.sub_(direction, alpha=step)
+
+
+def _clip(g: Tensor, clip: float) -> Tensor:
+    norms = g.norm(dim=1, keepdim=True)
+    return g * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)
 
 
 def _assign(target: Tensor, value: Tensor, mask: Tensor | None) -> None:

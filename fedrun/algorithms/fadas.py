@@ -1,0 +1,115 @@
+"""FADAS (Wang, Wang, Lu, Chen, ICML 2024; ALGORITHMS-BASELINES.md section 1).
+
+Clients run plain local SGD and upload Delta_i = x_end - x_start (stateless). The server averages the
+updates it consumes (uniform mean) into Delta_t and takes one AMSGrad step with Adam's bias correction
+and the delay-adaptive factor lambda_t (1.2, 1.3):
+
+    m <- b1 m + (1-b1) Delta_t ; v <- b2 v + (1-b2) Delta_t^2 ; vhat <- max(vhat, v)   (uncorrected v)
+    lambda_t = 1/tau_max if tau_max > tau_c else 1            (delay_rule "scale", official code)
+    eta_t    = min(eta, 1/tau_max) if tau_max > tau_c else eta (delay_rule "min", paper form: lambda = eta_t/eta)
+    bias_correction (default, code):  x <- x + (eta lambda / c1) m / (sqrt(vhat)/sqrt(c2) + eps)
+                                      c1 = 1 - b1^n, c2 = 1 - b2^n, n = applied server steps (1-based)
+    otherwise (paper):                x <- x + eta lambda m / (sqrt(vhat) + eps)
+
+tau_max is the largest staleness of the consumed updates (``RoundContext.max_staleness``): 0 in synchronous
+rounds, where FADAS is server AMSGrad (FedAMS, 1.5); the buffered asynchronous mode of 1.4 is the runtime's
+``asynchrony`` section (fedrun.federation.async_rounds). ``delay_adaptive = false`` is the official
+"FADAS without delay-adaptive" (lambda = 1). An empty round changes nothing (step count not advanced).
+Down 1 (x) / up 1 (Delta_i). Server state x, m, v, vhat (+ the step counter).
+
+``bn_buffers``: the flat model vector of this runtime holds trainable parameters only, so both settings
+(``average_of_buffer``, the code; ``keep_global``) give the same result; the switch is kept for
+runtimes whose models carry BatchNorm statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import Tensor
+
+from fedrun.algorithms.base import (
+    Algorithm,
+    Clients,
+    Declaration,
+    LocalResult,
+    RoundContext,
+    Scalar,
+    Vector,
+    model_delta,
+    rows,
+)
+from fedrun.config import require
+
+
+@dataclass
+class FADASHparams:
+    global_lr: float = 1e-3  # eta (README, delay-adaptive; 1e-4 without)
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 1e-8  # added after dividing sqrt(vhat) by sqrt(c2)
+    max_init: float = 0.0  # vhat_0
+    bias_correction: bool = True  # official code; false = paper form
+    delay_adaptive: bool = True  # false: lambda = 1 always (asyncfl_forward.py)
+    delay_rule: Literal["scale", "min"] = "scale"  # code: lambda = 1/tau_max; paper: min(eta, 1/tau_max)
+    tau_c: int = 1  # delay threshold
+    bn_buffers: Literal["average_of_buffer", "keep_global"] = "average_of_buffer"
+    weighting: Literal["uniform", "data_size"] = "uniform"
+
+    def check(self) -> None:
+        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
+        require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
+        require(self.eps >= 0, "algorithm.eps", "a number >= 0", self.eps)
+        require(self.max_init >= 0, "algorithm.max_init", "a number >= 0", self.max_init)
+        require(self.tau_c >= 0, "algorithm.tau_c", "an integer >= 0", self.tau_c)
+
+
+def delay_factor(hp: FADASHparams, tau_max: int) -> float:
+    """lambda_t: the multiplier of the server lr eta for a buffer whose largest staleness is tau_max."""
+    if not hp.delay_adaptive or tau_max <= hp.tau_c:
+        return 1.0
+    if hp.delay_rule == "scale":
+        return 1.0 / tau_max
+    return min(hp.global_lr, 1.0 / tau_max) / hp.global_lr
+
+
+def amsgrad_step(hp: FADASHparams, server: dict[str, Tensor], delta: Tensor, lam: float) -> dict[str, Tensor]:
+    """One server step of section 1.2 on the mean update ``delta`` with delay factor ``lam``."""
+    steps = server["steps"] + 1
+    m = hp.beta1 * server["m"] + (1 - hp.beta1) * delta
+    v = hp.beta2 * server["v"] + (1 - hp.beta2) * delta * delta
+    vhat = server["vhat"].maximum(v)
+    if hp.bias_correction:
+        c1 = 1 - hp.beta1 ** steps
+        c2 = 1 - hp.beta2 ** steps
+        x = server["x"] + (hp.global_lr * lam / c1) * m / (vhat.sqrt() / c2.sqrt() + hp.eps)
+    else:
+        x = server["x"] + hp.global_lr * lam * m / (vhat.sqrt() + hp.eps)
+    return {"x": x, "m": m, "v": v, "vhat": vhat, "steps": steps}
+
+
+class FADAS(Algorithm):
+    name = "fadas"
+    Hparams = FADASHparams
+
+    def declare(self) -> Declaration:
+        up: tuple = (Vector("delta"), Scalar("weight")) if self.hp.weighting == "data_size" else (Vector("delta"),)
+        server = (Vector("x", "model"), Vector("m"), Vector("v"), Vector("vhat", self.hp.max_init), Scalar("steps"))
+        return Declaration(server=server, down=("x",), up=up)
+
+    def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
+                      clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        delta = model_delta(local, down)
+        if self.hp.weighting == "data_size":
+            return {"delta": rows(clients.num_examples) * delta, "weight": clients.num_examples}, state
+        return {"delta": delta}, state
+
+    def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
+                      ctx: RoundContext) -> dict[str, Tensor]:
+        if ctx.num_active == 0:
+            return server
+        divisor = up["weight"] if self.hp.weighting == "data_size" else ctx.num_active
+        lam = delay_factor(self.hp, ctx.max_staleness)
+        return {**server, **amsgrad_step(self.hp, server, up["delta"] / divisor, lam)}

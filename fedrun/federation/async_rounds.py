@@ -1,0 +1,233 @@
+"""Buffered asynchronous server steps (FADAS / FedBuff; ALGORITHMS-BASELINES.md 1.4), selected by the
+config section ``asynchrony: {enabled: true, buffer_size: M, concurrency: C, durations: ...}``.
+
+The simulation of the official FADAS code, made deterministic and rank-independent:
+
+* ``C`` clients are in flight at any time. A client dispatched with model version ``t`` (the global model
+  after t server steps) trains at the start of server step t, from x_t, exactly as a synchronous round t
+  would (same minibatches, keyed by (seed, t, client); same local lr eta_l(t)); it gets a simulated
+  duration and hence a finish time ``clock + duration``.
+* Server step t consumes the ``M`` in-flight updates with the smallest finish times (ties: smaller client
+  id), in one reduce of their summed uploads; the algorithm's server rule sees ``num_active = M`` and the
+  staleness ``tau_i = t - t_i^start`` of each of them (``RoundContext.staleness``, ``max_staleness``).
+* The clock advances to the M-th smallest finish time; M new clients are dispatched, uniformly from those
+  not in flight, with version t + 1.
+
+Determinism: dispatch draws come from ``round_rng(seed, t)`` (the same generator as the uniform
+participation pattern, so with C = M and equal durations the run IS the synchronous uniform run), the
+durations from ``round_rng(seed, t, DURATION_STREAM)`` in client-id order, the speed classes from
+``round_rng(seed, 0, CLASS_STREAM)``. The scheduler state (start version and finish time of every client,
+the clock) is replicated on every rank, so nothing depends on the number of ranks.
+
+In-flight state in checkpoints: an update is computed when its client is dispatched, so an in-flight
+client is checkpointed as its COMPUTED UPLOAD (per-client rows ``_pending_<entry>`` next to the
+algorithm's client state, streamed like any client entry) plus its start version and finish time
+(``runtime_state/``). Client state (SCAFFOLD's c_i, ...) is updated when the client computes.
+A client owns at most one task, so one row per client suffices; the memory cost is that of one more
+per-client vector per uploaded vector.
+
+Communication accounting per step: uplink = M uploads, downlink = the downlinks of the clients that
+started training this step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedrun.algorithms.base import Clients, Declaration, RoundContext, Scalar
+from fedrun.config import ConfigError, ParticipationConfig
+from fedrun.errors import NumericalError
+from fedrun.federation.loop import CONTINUE, STOP_NONFINITE, STOP_SIGNAL, Federation
+from fedrun.federation.participation import round_rng
+from fedrun.runtime.flat import reduce_to_root
+from fedrun.state.store import ClientStore
+from fedrun.training.gradients import sequential_oracle, vmap_oracle
+from fedrun.training.local import run_local
+from fedrun.training.schedule import local_lr
+
+DURATION_STREAM = 0x44555241  # "DURA"
+CLASS_STREAM = 0x434C4153  # "CLAS"
+PENDING = "_pending_"
+
+
+def speed_classes(num_clients: int, seed: int, num_classes: int, scale: float) -> np.ndarray:
+    """One speed class per client: class shares ~ Dirichlet(L s, (L-1) s, ..., s), then a categorical draw
+    per client (FADAS code's generate_class_assignments(3, N, [3s, 2s, s], seed), re-derived)."""
+    rng = round_rng(seed, 0, CLASS_STREAM)
+    shares = rng.dirichlet(scale * np.arange(num_classes, 0, -1, dtype=np.float64))
+    return rng.choice(num_classes, size=num_clients, p=shares).astype(np.int64)
+
+
+class AsyncFederation(Federation):
+    """A Federation whose ``round(t)`` is one buffered asynchronous server step."""
+
+    def __init__(self, cfg, world, run_dir) -> None:
+        # the participation section is not used: the scheduler below decides who trains
+        cfg = dataclasses.replace(cfg, participation=ParticipationConfig(pattern="full"))
+        super().__init__(cfg, world, run_dir)
+        a = cfg.asynchrony
+        if a.concurrency > self.num_clients:
+            raise ConfigError(f"asynchrony.concurrency: expected at most the number of clients "
+                              f"({self.num_clients}), got {a.concurrency}")
+        self.buffer_size, self.concurrency = a.buffer_size, a.concurrency
+        # the algorithm's client entries plus one pending-upload row per uploaded entry (and its loss)
+        self.algo_client = tuple(e.name for e in self.decl.client)
+        pending = tuple(type(e)(PENDING + e.name) for e in (*self.decl.up, Scalar("loss")))
+        self.decl = Declaration(server=self.decl.server, client=(*self.decl.client, *pending), down=self.decl.down,
+                                up=self.decl.up)
+        old = self.store.tensors
+        self.store = ClientStore(self.decl.client, self.block.num_clients, self.global_model())
+        self.store.tensors.update({k: v for k, v in old.items()})
+        self.classes = speed_classes(self.num_clients, cfg.run.seed, len(a.class_ranges), a.class_scale)
+        self.start = np.full(self.num_clients, -1, dtype=np.int64)  # start version, -1: not in flight
+        self.finish = np.zeros(self.num_clients, dtype=np.float64)
+        self.clock = 0.0
+        self._dispatch(0, self.concurrency)
+
+    # ------------------------------------------------------------------------------------ scheduler
+
+    def durations(self, t: int, ids: np.ndarray) -> np.ndarray:
+        a = self.cfg.asynchrony
+        if a.durations == "constant":
+            return np.full(len(ids), a.constant_duration)
+        u = round_rng(self.cfg.run.seed, t, DURATION_STREAM).random(len(ids))
+        ranges = np.asarray(a.class_ranges, dtype=np.float64)[self.classes[ids]]
+        return ranges[:, 0] + u * (ranges[:, 1] - ranges[:, 0])
+
+    def _dispatch(self, t: int, count: int) -> None:
+        avail = np.flatnonzero(self.start < 0)
+        chosen = np.sort(avail[round_rng(self.cfg.run.seed, t).choice(len(avail), count, replace=False)])
+        self.start[chosen] = t
+        self.finish[chosen] = self.clock + self.durations(t, chosen)
+
+    def buffer(self) -> np.ndarray:
+        """The M in-flight clients with the smallest finish times (ties: smaller id), sorted by id."""
+        inflight = np.flatnonzero(self.start >= 0)
+        order = np.lexsort((inflight, self.finish[inflight]))
+        return np.sort(inflight[order[:self.buffer_size]])
+
+    def runtime_state(self) -> dict[str, np.ndarray]:
+        return {"start": self.start.copy(), "finish": self.finish.copy(), "clock": np.float64(self.clock)}
+
+    def load_runtime_state(self, state: dict[str, np.ndarray]) -> None:
+        self.start = np.asarray(state["start"], dtype=np.int64).copy()
+        self.finish = np.asarray(state["finish"], dtype=np.float64).copy()
+        self.clock = float(state["clock"])
+
+    # ------------------------------------------------------------------------------------ one step
+
+    def _ctx(self, t: int, num_active: int, staleness: Tensor | None = None) -> RoundContext:
+        max_tau = int(staleness.max()) if staleness is not None and len(staleness) else 0
+        return RoundContext(round=t, lr=local_lr(self.cfg.local, t), num_clients=self.num_clients,
+                            num_active=num_active, local_steps=self.cfg.local.steps, dim=self.dim,
+                            total_examples=self.total_examples, total_rounds=self.cfg.run.rounds,
+                            staleness=staleness, max_staleness=max_tau)
+
+    def round(self, t: int, stop_requested: bool = False) -> dict[str, Any]:
+        world, device = self.world, self.world.device
+        wall = time.perf_counter()
+        first, stop = self.blocks[world.rank]
+        down = self.down_layout.unpack(self.down_buf, self.down_scalars)
+        down = {k: v for k, v in down.items() if not k.startswith("_")}
+        # 1. clients dispatched with version t train now, from x_t; their uploads wait in the pending rows
+        trainees = np.flatnonzero(self.start == t)
+        local_train = trainees[(trainees >= first) & (trainees < stop)] - first
+        if len(local_train):
+            self._train_pending(local_train, down, t, self._ctx(t, len(trainees)))
+        # 2. the buffer: M earliest finishers; their staleness
+        buf = self.buffer()
+        tau = t - self.start[buf]
+        staleness = torch.as_tensor(tau, dtype=torch.int64, device=device)
+        ctx = self._ctx(t, len(buf), staleness)
+        local_buf = buf[(buf >= first) & (buf < stop)] - first
+        up_buf = self.up_layout.empty(self.dtype, device)
+        if len(local_buf):
+            rows = torch.as_tensor(local_buf, device=device)
+            got = {e.name: self.store.tensors[PENDING + e.name].index_select(0, rows) for e in self.decl.up}
+            loss = self.store.tensors[PENDING + "loss"].index_select(0, rows)
+            finite = torch.stack([torch.isfinite(v.reshape(len(rows), -1)).all(dim=1) for v in got.values()])
+            self.up_layout.pack({**{k: v.sum(dim=0) for k, v in got.items()}, "_loss": loss.sum(),
+                                 "_nonfinite": (~finite.all(dim=0)).sum().to(self.dtype),
+                                 "_signal": torch.zeros(())}, up_buf)
+        up_buf[self.up_layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
+        # 3. one reduce, the server rule on rank 0, one broadcast
+        reduce_to_root(world, up_buf)
+        train_loss = float("nan")
+        if world.is_root:
+            up = self.up_layout.unpack(up_buf, self.up_scalars)
+            nonfinite, signals = float(up.pop("_nonfinite")), float(up.pop("_signal"))
+            train_loss = float(up.pop("_loss")) / len(buf)
+            new_server = self.algorithm.server_update(self.server, up, ctx)
+            bad = nonfinite > 0 or not all(bool(torch.isfinite(v).all()) for v in new_server.values())
+            if not bad:
+                self.server = new_server
+            self.pack_downlink(STOP_NONFINITE if bad else STOP_SIGNAL if signals > 0 else CONTINUE)
+        down_next = self.broadcast_downlink()
+        if float(down_next["_stop"]) == STOP_NONFINITE:
+            raise NumericalError(f"server step {t}: the global model or a client's upload is not finite "
+                                 f"(NaN/Inf); lower the learning rates")
+        # 4. bookkeeping: consumed tasks leave, the clock advances, M new clients are dispatched
+        mask = torch.zeros(self.block.num_clients, dtype=torch.bool, device=device)
+        mask[torch.as_tensor(local_buf, device=device)] = True
+        algo_state = {k: self.store.tensors[k] for k in self.algo_client}
+        self.store.tensors.update(self.algorithm.after_round(down_next, algo_state, mask, ctx))
+        for e in (*self.decl.up, Scalar("loss")):
+            if len(local_buf):
+                self.store.tensors[PENDING + e.name][torch.as_tensor(local_buf, device=device)] = 0
+        arrived = np.zeros(self.num_clients, dtype=bool)
+        arrived[buf] = True
+        delays = self.delay.update(arrived)
+        self.clock = float(self.finish[buf].max())
+        self.start[buf] = -1
+        self._dispatch(t + 1, len(buf))
+        entry: dict[str, Any] = {"round": t, "train_loss": train_loss, "active_clients": len(buf),
+                                 "local_lr": ctx.lr, **delays, "staleness": [int(v) for v in tau],
+                                 "staleness_max": int(tau.max()), "staleness_mean": float(tau.mean()),
+                                 "clock": self.clock, "clients": [int(i) for i in buf],
+                                 "started": len(trainees)}
+        if self._eval_due(t):
+            entry.update(self.evaluate(down_next["x"]))
+        entry["uplink_floats"] = len(buf) * self.up_floats
+        entry["downlink_floats"] = len(trainees) * self.down_floats
+        prev = self.metrics.records[-1] if self.metrics.records else {}
+        entry["cum_uplink_floats"] = prev.get("cum_uplink_floats", 0) + entry["uplink_floats"]
+        entry["cum_downlink_floats"] = prev.get("cum_downlink_floats", 0) + entry["downlink_floats"]
+        entry["wall_s"] = time.perf_counter() - wall
+        return entry
+
+    def _train_pending(self, local_rows: np.ndarray, down: dict[str, Tensor], t: int, ctx: RoundContext) -> None:
+        """Train this rank's clients ``local_rows`` from ``down`` and park their uploads (same arithmetic as
+        a synchronous round's block)."""
+        cfg, device = self.cfg, self.world.device
+        rows = torch.as_tensor(local_rows, device=device)
+        ids = local_rows + self.first
+        clients = Clients(
+            ids=torch.as_tensor(ids, device=device),
+            num_examples=torch.as_tensor(self.block.num_examples[local_rows], dtype=self.dtype, device=device),
+            participations=torch.as_tensor(self.delay.participations[ids], device=device),
+            last_active=torch.as_tensor(self.delay.last_active[ids], device=device),
+            staleness=torch.zeros(len(ids), dtype=torch.int64, device=device),
+        )
+        state = {k: self.store.tensors[k].index_select(0, rows) for k in self.algo_client}
+        plan = self.algorithm.local_plan(down, state, clients, ctx)
+        batches = self.block.batches(local_rows, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps,
+                                     cfg.local.epochs)
+        if self.strategy == "vmap":
+            oracle = vmap_oracle(self.model, self.loss_fn, self.block, batches)
+        else:
+            oracle = sequential_oracle(self.model, self.loss_fn, self.block, batches, ids, cfg.run.seed, t,
+                                       reseed=self.random_model)
+        local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local)
+        up, new_state = self.algorithm.client_finish(down, state, local, clients, ctx)
+        for name, value in new_state.items():
+            self.store.tensors[name].index_copy_(0, rows, value.to(self.store.tensors[name].dtype))
+        for name, value in {**up, "loss": local.loss}.items():
+            target = self.store.tensors[PENDING + name]
+            target.index_copy_(0, rows, value.to(target.dtype))
+

@@ -1,0 +1,94 @@
+"""The escape-rate experiment (ALGORITHMS-BASELINES.md section 4): P-E1 .. P-E5 and its server rules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedrun.algorithms import get_algorithm
+from fedrun.algorithms.base import RoundContext
+from fedrun.experiments import escape_rate as er
+from fedrun.state.store import init_server
+
+
+def small(**kw) -> er.EscapeConfig:
+    base = dict(ks=[1.0, 2.0, 3.0], particles=40, max_rounds=300)
+    return er.EscapeConfig(**{**base, **kw})
+
+
+def test_server_rules_are_fedruns():
+    rng = np.random.default_rng(0)
+    deltas = rng.normal(size=(12, 3, 4))  # rounds, particles, d
+    for name in ("fedavgm", "fedadam", "fedadamom"):
+        hp = getattr(er.EscapeConfig(), name)
+        cls = get_algorithm(name)
+        extra = {"v_init": "zero"} if name == "fedadam" else {}
+        alg = cls(cls.Hparams(**hp, **extra))
+        x = np.zeros((3, 4))
+        s = er.server_init(name, (3, 4), hp)
+        servers = [init_server(alg.declare().server, torch.zeros(4, dtype=torch.float64)) for _ in range(3)]
+        for t, d in enumerate(deltas):
+            x = er.server_step(name, x, s, d, hp)
+            ctx = RoundContext(round=t, lr=0.1, num_clients=1, num_active=1, local_steps=1, dim=4)
+            for p in range(3):
+                servers[p] = alg.server_update(servers[p], {"delta": torch.as_tensor(d[p])}, ctx)
+                np.testing.assert_allclose(x[p], servers[p]["x"].numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_p_e1_fedadamom_at_d1_is_fedavg():
+    cfg = small(dim=1, optimizers=["fedadamom", "fedavgm"])
+    cfg.fedavgm = {"global_lr": 1.0, "beta": 0.0}
+    hits = er.first_passage(cfg)
+    np.testing.assert_array_equal(hits["fedadamom"], hits["fedavgm"])
+
+
+def test_p_e2_test_function():
+    u = np.array([er.U_L, er.U_G, er.U_S])
+    assert np.abs(er.st_grad(u)).max() < 1e-5
+    np.testing.assert_allclose(er.st(u), [er.ST_L, er.ST_G, er.ST_S], atol=1e-6)
+    for k in (1.0, 2.5):
+        x = u / math.sqrt(k)
+        assert np.abs(er.grad_fk(x, k)).max() < 1e-5 * math.sqrt(k)
+        h = 1e-5
+        hess = (er.grad_fk(x + h, k) - er.grad_fk(x - h, k)) / (2 * h)
+        np.testing.assert_allclose(hess, k * er.st_hess(u), rtol=1e-6)
+        np.testing.assert_allclose(er.st(np.sqrt(k) * x), er.st(u), atol=1e-12)  # barriers unchanged
+
+
+def test_p_e3_estimator():
+    rng = np.random.default_rng(1)
+    gamma0, t_max, burn = 2e-3, 600, 20
+    hits = np.minimum(burn + rng.exponential(1 / gamma0, size=4000).astype(np.int64), t_max)
+    g, n, lo, hi = er.rate(hits, t_max, burn)
+    assert abs(g - gamma0) < 3 * gamma0 / math.sqrt(n) and lo < gamma0 < hi
+
+
+def test_p_e4_zero_noise_no_escapes():
+    hits = er.first_passage(small(), sigma2=0.0)
+    for h in hits.values():
+        assert (h == 300).all()
+
+
+@pytest.mark.xfail(strict=True, reason="measured: at the default temperature (E(2) ~ 2.3) FedAvg with server lr 1 "
+                   "escapes ~3x faster than FedAvgM(0.1, 0.9); leading-order neutrality does not hold here")
+def test_p_e5_momentum_neutrality():
+    cfg = small(ks=[2.0], particles=300, max_rounds=600, optimizers=["fedavgm"])
+    a = er.rate(er.first_passage(cfg)["fedavgm"][0], 600, 20)
+    cfg.fedavgm = {"global_lr": 1.0, "beta": 0.0}
+    b = er.rate(er.first_passage(cfg)["fedavgm"][0], 600, 20)
+    assert a[1] >= 50 and b[1] >= 50
+    assert a[2] <= b[3] and b[2] <= a[3]  # the 95% intervals overlap
+
+
+def test_fit_recovers_a_known_exponent():
+    ks = np.array([1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0])
+    assert er.fit_exponent(ks, 2 + 5 * ks ** -1.0)["p"] == 1.0
+    assert er.fit_exponent(ks, 2 + 5 * ks ** -0.5)["p"] == 0.5
+
+
+def test_cli_runs(tmp_path):
+    er.main(["--out", str(tmp_path), "ks=[1.0, 2.0, 3.0]", "particles=20", "max_rounds=100", "min_escapes=1"])
+    assert (tmp_path / "escape_rate.json").exists() and (tmp_path / "escape_rate.png").exists()
