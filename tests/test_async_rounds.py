@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import LEAST_SQUARES, final_model, run_ranks
-from lsq_helpers import lsq_config, resolve, run_single, single_world
+from lsq import config, resolve, run_single, single_world
 from test_resume import final_state, metrics, train_args
 
 from fedrun.federation.async_rounds import AsyncFederation
@@ -16,9 +16,9 @@ ASYNC = ["asynchrony.enabled=true", "asynchrony.buffer_size=2", "asynchrony.conc
 
 @pytest.mark.parametrize("algo", ["fedavg", "fedadam", "fadas", "fedcada", "scaffold"])
 def test_equal_durations_and_m_equal_cohort_is_the_synchronous_run(algo):
-    sync = run_single(lsq_config(algo, "participation.pattern=uniform", "participation.clients_per_round=3",
+    sync = run_single(config(algo, "participation.pattern=uniform", "participation.clients_per_round=3",
                                  "local.lr=0.02"))
-    asyn = run_single(lsq_config(algo, "participation.pattern=uniform", "participation.clients_per_round=3",
+    asyn = run_single(config(algo, "participation.pattern=uniform", "participation.clients_per_round=3",
                                  "local.lr=0.02", "asynchrony.enabled=true", "asynchrony.buffer_size=3",
                                  "asynchrony.concurrency=3", "asynchrony.durations=constant"))
     np.testing.assert_array_equal(asyn.x, sync.x)
@@ -26,7 +26,7 @@ def test_equal_durations_and_m_equal_cohort_is_the_synchronous_run(algo):
 
 
 def test_staleness_is_logged_and_reaches_the_server_rule():
-    fed = AsyncFederation(resolve(lsq_config("fadas", *ASYNC)), single_world(), None)
+    fed = AsyncFederation(resolve(config("fadas", *ASYNC)), single_world(), None)
     seen = []
     rule = fed.algorithm.server_update
 
@@ -44,10 +44,10 @@ def test_staleness_is_logged_and_reaches_the_server_rule():
 
 
 def test_deterministic_in_seed():
-    a = run_single(lsq_config("fadas", *ASYNC, "run.rounds=10"))
-    b = run_single(lsq_config("fadas", *ASYNC, "run.rounds=10"))
+    a = run_single(config("fadas", *ASYNC, "run.rounds=10"))
+    b = run_single(config("fadas", *ASYNC, "run.rounds=10"))
     np.testing.assert_array_equal(a.x, b.x)
-    c = run_single(lsq_config("fadas", *ASYNC, "run.rounds=10", "run.seed=3"))
+    c = run_single(config("fadas", *ASYNC, "run.rounds=10", "run.seed=3"))
     assert not np.array_equal(a.x, c.x)
 
 

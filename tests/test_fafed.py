@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from lsq_helpers import D, N, client_grads, federation, lsq_config, run_single
+from lsq import D, N, client_grads, config, federation, run_single
 from test_fedcada import identical_clients
 
 from fedrun.algorithms.base import LocalPlan
@@ -18,7 +18,7 @@ def test_p_a1_storm_is_exact_for_identical_clients(tmp_path):
     steps from, so every round is K steps of x <- x - gamma grad f(x) / A. (The stateless default restarts
     y_prev at xbar and blends, m = alpha g(xbar) + (1 - alpha) mbar: P-A5.)"""
     path = identical_clients(tmp_path)
-    cfg = lsq_config("fafed", "local.lr=0.05", f"data.least_squares.file={path}", alpha=0.3,
+    cfg = config("fafed", "local.lr=0.05", f"data.least_squares.file={path}", alpha=0.3,
                      persist_client_state=True, init_m="local")
     fed = federation(cfg)
     fed.round(0)  # bootstrap: mbar = grad f(x_0)
@@ -36,8 +36,8 @@ def test_p_a1_storm_is_exact_for_identical_clients(tmp_path):
 
 def test_p_a2_alpha_one_large_rho_is_parallel_sgd():
     rho = 1e8
-    fafed = federation(lsq_config("fafed", f"local.lr={0.05 * rho}", alpha=1.0, rho=rho))
-    fedavg = federation(lsq_config("fedavg", "local.lr=0.05"))
+    fafed = federation(config("fafed", f"local.lr={0.05 * rho}", alpha=1.0, rho=rho))
+    fedavg = federation(config("fedavg", "local.lr=0.05"))
     fafed.round(0)  # the bootstrap round does not move x
     for t in range(6):
         fafed.round(t + 1)
@@ -46,7 +46,7 @@ def test_p_a2_alpha_one_large_rho_is_parallel_sgd():
 
 
 def test_p_a3_a_frozen_and_floored():
-    fed = federation(lsq_config("fafed", "local.lr=0.05"))
+    fed = federation(config("fafed", "local.lr=0.05"))
     for t in range(5):
         fed.round(t)
         assert bool((adaptive_matrix(fed.server["v"], 0.1) >= 0.1).all())
@@ -56,7 +56,7 @@ def test_p_a3_a_frozen_and_floored():
                      optimizer_state={"v": torch.zeros(2, D, dtype=torch.float64)})
     seen = []
 
-    def oracle(x, k):
+    def oracle(x, rows, k):
         return 2 * x, torch.zeros(2, dtype=torch.float64)
 
     rule_step = rule.step
@@ -72,7 +72,7 @@ def test_p_a3_a_frozen_and_floored():
 
 
 def test_p_a4_sync_invariants():
-    fed = federation(lsq_config("fafed", "local.lr=0.05", persist_client_state=True, init_m="local"))
+    fed = federation(config("fafed", "local.lr=0.05", persist_client_state=True, init_m="local"))
     for t in range(4):
         fed.round(t)
         if t > 0:
@@ -87,23 +87,23 @@ def test_p_a5_first_local_step_blends_the_inherited_momentum():
     rule = Storm(torch.ones(D, dtype=torch.float64), 0.3, 0.1, 1.0, restart=False)
     plan = LocalPlan(start=x.clone(), optimizer=rule, steps=1,
                      optimizer_state={"m": mbar.expand(3, -1), "v": torch.zeros(3, D, dtype=torch.float64)})
-    out = run_local(plan, lambda y, k: (torch.sin(y), torch.zeros(3, dtype=torch.float64)),
+    out = run_local(plan, lambda y, rows, k: (torch.sin(y), torch.zeros(3, dtype=torch.float64)),
                     torch.ones(3, 5, dtype=torch.bool), 0.1, LocalConfig())
     torch.testing.assert_close(out.optimizer_state["m"], 0.3 * torch.sin(x) + 0.7 * mbar, rtol=0, atol=1e-15)
 
 
 def test_p_a6_two_gradients_per_step_one_at_bootstrap():
     calls = []
-    fed = federation(lsq_config("fafed", "local.steps=3", "local.lr=0.05"))
+    fed = federation(config("fafed", "local.steps=3", "local.lr=0.05"))
     import fedrun.federation.loop as loop
 
     original = loop.run_local
 
-    def counting(plan, oracle, step_active, lr, cfg):
-        def counted(x, k):
+    def counting(plan, oracle, step_active, lr, cfg, group_size=None):
+        def counted(x, rows, k):
             calls.append(x.shape[0])
-            return oracle(x, k)
-        return original(plan, counted, step_active, lr, cfg)
+            return oracle(x, rows, k)
+        return original(plan, counted, step_active, lr, cfg, group_size)
 
     loop.run_local = counting
     try:
@@ -119,5 +119,5 @@ def test_p_a6_two_gradients_per_step_one_at_bootstrap():
 def test_switches_run():
     for hp in ({"bootstrap": "rho"}, {"init_m": "restart"}, {"schedule": "cube_root"}, {"ext": 0.95},
                {"weighting": "data_size"}):
-        r = run_single(lsq_config("fafed", "run.rounds=5", "local.lr=0.02", **hp))
+        r = run_single(config("fafed", "run.rounds=5", "local.lr=0.02", **hp))
         assert np.isfinite(r.x).all(), hp

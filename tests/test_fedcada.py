@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from lsq_helpers import D, N, bernoulli_trace, client_grads, federation, lsq_config, per_round, set_server
+from lsq import D, N, bernoulli_trace, client_grads, config, federation, per_round, set_server
 
 from fedrun.algorithms.base import Vector
 from fedrun.algorithms.fedcada import ClientAdam, FedCAdaHparams, adjustment
@@ -20,7 +20,7 @@ def identical_clients(tmp_path, m: int = 8) -> str:
 
 def test_p_c1_k1_full_identical_clients_is_centralized_adam(tmp_path):
     path = identical_clients(tmp_path)
-    cfg = lsq_config("fedcada", "local.steps=1", "local.lr=0.02", f"data.least_squares.file={path}")
+    cfg = config("fedcada", "local.steps=1", "local.lr=0.02", f"data.least_squares.file={path}")
     fed = federation(cfg)
     x = fed.global_model().numpy().copy()
     got = per_round(fed, 15, lambda f: f.global_model().numpy().copy())
@@ -35,7 +35,7 @@ def test_p_c1_k1_full_identical_clients_is_centralized_adam(tmp_path):
 
 
 def test_p_c2_moment_average_identity():
-    cfg = lsq_config("fedcada", "local.steps=1", "local.lr=0.02")
+    cfg = config("fedcada", "local.steps=1", "local.lr=0.02")
     trace = bernoulli_trace(10, 0.5, seed=2)
     fed = federation(cfg, trace)
     for t in range(10):
@@ -68,7 +68,7 @@ def test_p_c3_adjustment_monotonicity():
 
 
 def test_p_c4_three_vectors_each_way():
-    fed = federation(lsq_config("fedcada"))
+    fed = federation(config("fedcada"))
     decl = fed.decl
     assert sum(isinstance(e, Vector) for e in decl.up) == 3
     assert sum(isinstance(e, Vector) for e in decl.down_entries()) == 3
@@ -78,7 +78,7 @@ def test_p_c4_three_vectors_each_way():
 
 
 def test_p_c5_clients_are_stateless():
-    cfg = lsq_config("fedcada", "local.lr=0.02")
+    cfg = config("fedcada", "local.lr=0.02")
     a = federation(cfg, bernoulli_trace(4, 0.5, seed=1))
     b = federation(cfg, bernoulli_trace(4, 0.5, seed=9))
     assert a.decl.client == ()

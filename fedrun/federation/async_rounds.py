@@ -40,15 +40,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedrun.algorithms.base import Clients, Declaration, RoundContext, Scalar
+from fedrun.algorithms.base import Declaration, RoundContext, Scalar
 from fedrun.config import ConfigError, ParticipationConfig
 from fedrun.errors import NumericalError
 from fedrun.federation.loop import CONTINUE, STOP_NONFINITE, STOP_SIGNAL, Federation
 from fedrun.federation.participation import round_rng
 from fedrun.runtime.flat import reduce_to_root
 from fedrun.state.store import ClientStore
-from fedrun.training.gradients import sequential_oracle, vmap_oracle
-from fedrun.training.local import run_local
 from fedrun.training.schedule import local_lr
 
 DURATION_STREAM = 0x44555241  # "DURA"
@@ -193,41 +191,16 @@ class AsyncFederation(Federation):
                                  "started": len(trainees)}
         if self._eval_due(t):
             entry.update(self.evaluate(down_next["x"]))
-        entry["uplink_floats"] = len(buf) * self.up_floats
-        entry["downlink_floats"] = len(trainees) * self.down_floats
-        prev = self.metrics.records[-1] if self.metrics.records else {}
-        entry["cum_uplink_floats"] = prev.get("cum_uplink_floats", 0) + entry["uplink_floats"]
-        entry["cum_downlink_floats"] = prev.get("cum_downlink_floats", 0) + entry["downlink_floats"]
+        self.account(entry, len(buf), len(trainees))
         entry["wall_s"] = time.perf_counter() - wall
         return entry
 
     def _train_pending(self, local_rows: np.ndarray, down: dict[str, Tensor], t: int, ctx: RoundContext) -> None:
         """Train this rank's clients ``local_rows`` from ``down`` and park their uploads (same arithmetic as
         a synchronous round's block)."""
-        cfg, device = self.cfg, self.world.device
-        rows = torch.as_tensor(local_rows, device=device)
-        ids = local_rows + self.first
-        clients = Clients(
-            ids=torch.as_tensor(ids, device=device),
-            num_examples=torch.as_tensor(self.block.num_examples[local_rows], dtype=self.dtype, device=device),
-            participations=torch.as_tensor(self.delay.participations[ids], device=device),
-            last_active=torch.as_tensor(self.delay.last_active[ids], device=device),
-            staleness=torch.zeros(len(ids), dtype=torch.int64, device=device),
-        )
-        state = {k: self.store.tensors[k].index_select(0, rows) for k in self.algo_client}
-        plan = self.algorithm.local_plan(down, state, clients, ctx)
-        batches = self.block.batches(local_rows, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps,
-                                     cfg.local.epochs)
-        if self.strategy == "vmap":
-            oracle = vmap_oracle(self.model, self.loss_fn, self.block, batches)
-        else:
-            oracle = sequential_oracle(self.model, self.loss_fn, self.block, batches, ids, cfg.run.seed, t,
-                                       reseed=self.random_model)
-        local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local)
-        up, new_state = self.algorithm.client_finish(down, state, local, clients, ctx)
-        for name, value in new_state.items():
-            self.store.tensors[name].index_copy_(0, rows, value.to(self.store.tensors[name].dtype))
+        rows = torch.as_tensor(local_rows, device=self.world.device)
+        staleness = torch.zeros(len(local_rows), dtype=torch.int64, device=self.world.device)
+        up, local = self.train_clients(local_rows, self.clients(local_rows, t, staleness), down, t, ctx)
         for name, value in {**up, "loss": local.loss}.items():
             target = self.store.tensors[PENDING + name]
             target.index_copy_(0, rows, value.to(target.dtype))
-

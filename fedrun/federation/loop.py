@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from fedrun.algorithms import get_algorithm
-from fedrun.algorithms.base import Algorithm, Clients, Declaration, RoundContext, Scalar
+from fedrun.algorithms.base import Algorithm, Clients, Declaration, LocalResult, RoundContext, Scalar
 from fedrun.checkpoint import list_checkpoints
 from fedrun.config import Config, ConfigError
 from fedrun.data import load_task
@@ -207,43 +207,61 @@ class Federation:
                                  "local_lr": lr, **delays}
         if self._eval_due(t):
             entry.update(self.evaluate(down_next["x"]))
-        entry["uplink_floats"] = num_active * self.up_floats
-        entry["downlink_floats"] = num_active * self.down_floats
-        prev = self.metrics.records[-1] if self.metrics.records else {}
-        entry["cum_uplink_floats"] = prev.get("cum_uplink_floats", 0) + entry["uplink_floats"]
-        entry["cum_downlink_floats"] = prev.get("cum_downlink_floats", 0) + entry["downlink_floats"]
+        self.account(entry, num_active, num_active)
         entry["wall_s"] = time.perf_counter() - wall
         return entry
 
     def _train_block(self, local_active: np.ndarray, down: dict[str, Tensor], t: int,
                      ctx: RoundContext) -> tuple[dict[str, Tensor], Tensor, Tensor]:
-        cfg, device = self.cfg, self.world.device
-        rows = torch.as_tensor(local_active, device=device)
-        ids = local_active + self.first
-        clients = Clients(
+        clients = self.clients(local_active, t)
+        up, local = self.train_clients(local_active, clients, down, t, ctx)
+        sums = {name: value.sum(dim=0) for name, value in up.items()}
+        finite = torch.stack([torch.isfinite(v.reshape(len(local_active), -1)).all(dim=1)
+                              for v in up.values()]).all(dim=0)
+        nonfinite = (~finite).sum().to(self.dtype)
+        return sums, local.loss.sum(), nonfinite
+
+    def clients(self, local_rows: np.ndarray, t: int, staleness: Tensor | None = None) -> Clients:
+        """What the rules may know about this rank's clients ``local_rows`` (block-relative) in round t."""
+        device = self.world.device
+        ids = local_rows + self.first
+        return Clients(
             ids=torch.as_tensor(ids, device=device),
-            num_examples=torch.as_tensor(self.block.num_examples[local_active], dtype=self.dtype, device=device),
+            num_examples=torch.as_tensor(self.block.num_examples[local_rows], dtype=self.dtype, device=device),
             participations=torch.as_tensor(self.delay.participations[ids], device=device),
             last_active=torch.as_tensor(self.delay.last_active[ids], device=device),
             probability=self._probabilities(t, ids),
+            staleness=staleness,
         )
-        state = self.store.gather(rows)
+
+    def train_clients(self, local_rows: np.ndarray, clients: Clients, down: dict[str, Tensor], t: int,
+                      ctx: RoundContext) -> tuple[dict[str, Tensor], LocalResult]:
+        """Local training of block clients ``local_rows`` from ``down``: the plan, the K steps, the
+        client rule; their new state is stored and their uploads ``[C, ...]`` returned."""
+        cfg = self.cfg
+        rows = torch.as_tensor(local_rows, device=self.world.device)
+        state = self.store.gather(rows, [e.name for e in self.decl.client])
         plan = self.algorithm.local_plan(down, state, clients, ctx)
-        batches = self.block.batches(local_active, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps,
+        batches = self.block.batches(local_rows, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps,
                                      cfg.local.epochs, cfg.local.shuffle)
         if self.strategy == "vmap":
             oracle = vmap_oracle(self.model, self.loss_fn, self.block, batches)
         else:
-            oracle = sequential_oracle(self.model, self.loss_fn, self.block, batches, ids, cfg.run.seed, t,
-                                       reseed=self.random_model)
+            oracle = sequential_oracle(self.model, self.loss_fn, self.block, batches, local_rows + self.first,
+                                       cfg.run.seed, t, reseed=self.random_model)
         local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local,
                           group_size=None if self.strategy == "vmap" else 1)
         up, new_state = self.algorithm.client_finish(down, state, local, clients, ctx)
         self.store.scatter(rows, new_state)
-        sums = {name: value.sum(dim=0) for name, value in up.items()}
-        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in up.values()]).all(dim=0)
-        nonfinite = (~finite).sum().to(self.dtype)
-        return sums, local.loss.sum(), nonfinite
+        return up, local
+
+    def account(self, entry: dict[str, Any], uploads: int, downloads: int) -> None:
+        """Communication of the round in floats, per round and cumulative (from the declaration)."""
+        entry["uplink_floats"] = uploads * self.up_floats
+        entry["downlink_floats"] = downloads * self.down_floats
+        prev = self.metrics.records[-1] if self.metrics.records else {}
+        entry["cum_uplink_floats"] = prev.get("cum_uplink_floats", 0) + entry["uplink_floats"]
+        entry["cum_downlink_floats"] = prev.get("cum_downlink_floats", 0) + entry["downlink_floats"]
 
     def _probabilities(self, t: int, ids: np.ndarray) -> Tensor | None:
         p = self.participation.probabilities(t)

@@ -37,12 +37,15 @@ class ClientStore:
             value = initial_value(e, x0)
             self.tensors[e.name] = value.unsqueeze(0).repeat(num_clients, *([1] * value.dim()))
 
-    def gather(self, rows: Tensor) -> dict[str, Tensor]:
-        return {name: t.index_select(0, rows) for name, t in self.tensors.items()}
+    def gather(self, rows: Tensor, names: list[str] | None = None) -> dict[str, Tensor]:
+        """Copies of the ``rows`` of the named entries (all entries by default)."""
+        return {name: self.tensors[name].index_select(0, rows) for name in (names or self.tensors)}
 
     def scatter(self, rows: Tensor, values: dict[str, Tensor]) -> None:
-        for name, t in self.tensors.items():
-            t.index_copy_(0, rows, values[name].to(t.dtype))
+        """Write ``values[name]`` into the ``rows`` of each named entry."""
+        for name, value in values.items():
+            t = self.tensors[name]
+            t.index_copy_(0, rows, value.to(t.dtype))
 
     def replace(self, values: dict[str, Tensor]) -> None:
         for name in self.tensors:
