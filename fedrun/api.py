@@ -10,12 +10,13 @@ from pathlib import Path
 from fedrun.config import Config, apply_override, config_from_dict, load_config
 from fedrun.errors import RunInterrupted, exit_code, one_line
 from fedrun.federation.loop import RunResult, train
+from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
 
 
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),
         world: World | None = None, progress: bool = False, write_files: bool = True,
-        resume: str | None = None) -> RunResult:
+        resume: str | None = None, signals: StopSignals | None = None) -> RunResult:
     """Run one experiment in this process (single rank, or this rank of an MPI launch).
 
     ``config`` is a :class:`Config`, a dict of sections, or a YAML path. On rank 0 the result holds
@@ -42,7 +43,7 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         if progress and world.is_root:
             print(f"fedrun: {cfg.algorithm.name} on {cfg.data.name}, {cfg.data.num_clients} clients, "
                   f"{world.size} rank(s) on {world.device}, run dir {run_dir}", flush=True)
-        result = train(cfg, world, run_dir, progress=progress, resume=resume)
+        result = train(cfg, world, run_dir, progress=progress, resume=resume, signals=signals)
         if run_dir is not None and world.is_root:
             write_result(run_dir, result.metrics)
     except BaseException as exc:

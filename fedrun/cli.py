@@ -25,10 +25,14 @@ def _launcher_rank() -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fedrun.api import run
-    from fedrun.config import load_config
+    from fedrun.runtime.signals import StopSignals
 
-    run(load_config(args.config, args.overrides), progress=not args.quiet, resume=args.resume)
+    with StopSignals() as signals:  # before torch is imported: a signal during start-up is not lost
+        from fedrun.api import run
+        from fedrun.config import load_config
+
+        run(load_config(args.config, args.overrides), progress=not args.quiet, resume=args.resume,
+            signals=signals)
     return EXIT_OK
 
 
@@ -74,14 +78,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, help="rounds to simulate (default run.rounds)")
     p.add_argument("--png", help="save a clients x rounds picture of who participated when")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. participation.pattern=p3")
+    sub.add_parser("sweep", help="run a sweep file as a Slurm job array via submitit (fedrun sweep --help)")
+    sub.add_parser("report", help="tables and plots of a finished sweep directory (fedrun report --help)")
     p = sub.add_parser("inspect", help="describe a checkpoint file and verify its checksums")
     p.add_argument("checkpoint", help="a ckpt_*.h5 file")
     return parser
 
 
+def _delegated(name: str) -> Callable[[list[str]], int]:
+    """Commands with their own argument parsers (fedrun.sweep)."""
+    from fedrun.sweep import report_main, sweep_main
+
+    return {"sweep": sweep_main, "report": report_main}[name]
+
+
+DELEGATED = ("sweep", "report")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        if argv[:1] and argv[0] in DELEGATED:
+            return _delegated(argv[0])(argv[1:])
+        args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         return 130

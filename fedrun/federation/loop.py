@@ -294,12 +294,13 @@ class Federation:
 
 
 def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True,
-          resume: str | None = None) -> RunResult:
+          resume: str | None = None, signals: StopSignals | None = None) -> RunResult:
     """Run rounds ``start .. cfg.run.rounds - 1`` and return the final model and metrics.
 
     With a run directory, a checkpoint is written every ``checkpoint.every`` rounds, at the end, and
     when a stop signal arrives (then :class:`RunInterrupted` is raised after the checkpoint).
     ``resume``: ``"auto"`` (newest valid checkpoint of the run directory, if any) or a file path.
+    ``signals``: stop-signal handlers installed by the caller (else installed for the rounds only).
     """
     torch.set_num_threads(cfg.run.threads)
     if cfg.asynchrony.enabled:  # buffered asynchronous server steps (fedrun.federation.async_rounds)
@@ -323,7 +324,7 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
         print(f"fedrun: local strategy {fed.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
     bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
     every = cfg.checkpoint.every
-    with StopSignals() as signals:
+    with signals or StopSignals() as signals:
         for t in range(fed.start_round, cfg.run.rounds):
             entry = fed.round(t, stop_requested=signals.requested)
             if world.is_root:

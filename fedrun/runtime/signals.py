@@ -21,17 +21,22 @@ class StopSignals:
         self.requested = False
         self.signal_name = ""
         self._previous: dict[int, object] = {}
+        self._depth = 0  # re-entrant: the CLI installs the handlers early, the round loop enters again
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
         self.signal_name = signal.Signals(signum).name
 
     def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
+        self._depth += 1
+        if self._depth == 1 and threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        self._depth -= 1
+        if self._depth == 0:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+            self._previous.clear()
