@@ -309,16 +309,19 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
         fed: Federation = AsyncFederation(cfg, world, run_dir)
     else:
         fed = Federation(cfg, world, run_dir)
+    resume_s = None
     if resume is not None:
+        started = time.perf_counter()
         path = snapshot.locate(fed, resume)
         if path is not None:
             fed.start_round = snapshot.restore(fed, path)
+            resume_s = time.perf_counter() - started
             if world.is_root and progress:
                 print(f"fedrun: resumed from {path} at round {fed.start_round}", flush=True)
     elif run_dir is not None and list_checkpoints(run_dir):
         raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
                           "--resume auto or choose another run.dir")
-    runtime = RuntimeLog(fed, run_dir)
+    runtime = RuntimeLog(fed, run_dir, resume_s)
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in fed.strategy_timings.items())
         print(f"fedrun: local strategy {fed.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
@@ -349,14 +352,14 @@ class RuntimeLog:
     """``runtime.json`` in the run directory: ranks, device, blocks, the local strategy and its timings,
     checkpoint write times and sizes, and every rank's peak resident memory at the end."""
 
-    def __init__(self, fed: Federation, run_dir: Path | None) -> None:
+    def __init__(self, fed: Federation, run_dir: Path | None, resume_s: float | None) -> None:
         self.fed, self.world = fed, fed.world
         self.path = None if run_dir is None or not fed.world.is_root else run_dir / "runtime.json"
         self.data: dict[str, Any] = {
             "ranks": fed.world.size, "device": str(fed.world.device), "backend": fed.world.backend,
             "blocks": fed.blocks, "dim": fed.dim, "client_state_bytes_per_rank": fed.store.nbytes,
             "local_strategy": fed.strategy, "strategy_timings_s": fed.strategy_timings,
-            "start_round": fed.start_round, "checkpoints": [],
+            "start_round": fed.start_round, "resume_read_s": resume_s, "checkpoints": [],
         }
         self._write()
 
