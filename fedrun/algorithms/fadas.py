@@ -29,17 +29,8 @@ from typing import Literal
 
 from torch import Tensor
 
-from fedrun.algorithms.base import (
-    Algorithm,
-    Clients,
-    Declaration,
-    LocalResult,
-    RoundContext,
-    Scalar,
-    Vector,
-    model_delta,
-    rows,
-)
+from fedrun.algorithms.base import Entry, RoundContext, Scalar, Vector
+from fedrun.algorithms.fedopt import ServerOptimizer
 from fedrun.config import require
 
 
@@ -90,26 +81,12 @@ def amsgrad_step(hp: FADASHparams, server: dict[str, Tensor], delta: Tensor, lam
     return {"x": x, "m": m, "v": v, "vhat": vhat, "steps": steps}
 
 
-class FADAS(Algorithm):
+class FADAS(ServerOptimizer):
     name = "fadas"
     Hparams = FADASHparams
 
-    def declare(self) -> Declaration:
-        up: tuple = (Vector("delta"), Scalar("weight")) if self.hp.weighting == "data_size" else (Vector("delta"),)
-        server = (Vector("x", "model"), Vector("m"), Vector("v"), Vector("vhat", self.hp.max_init), Scalar("steps"))
-        return Declaration(server=server, down=("x",), up=up)
+    def server_state(self) -> tuple[Entry, ...]:
+        return (Vector("m"), Vector("v"), Vector("vhat", self.hp.max_init), Scalar("steps"))
 
-    def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
-                      clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        delta = model_delta(local, down)
-        if self.hp.weighting == "data_size":
-            return {"delta": rows(clients.num_examples) * delta, "weight": clients.num_examples}, state
-        return {"delta": delta}, state
-
-    def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
-                      ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
-        divisor = up["weight"] if self.hp.weighting == "data_size" else ctx.num_active
-        lam = delay_factor(self.hp, ctx.max_staleness)
-        return {**server, **amsgrad_step(self.hp, server, up["delta"] / divisor, lam)}
+    def step(self, server: dict[str, Tensor], delta: Tensor, ctx: RoundContext) -> dict[str, Tensor]:
+        return amsgrad_step(self.hp, server, delta, delay_factor(self.hp, ctx.max_staleness))

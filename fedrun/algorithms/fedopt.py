@@ -55,7 +55,7 @@ class ServerOptimizer(Algorithm):
     def server_state(self) -> tuple[Entry, ...]:
         raise NotImplementedError
 
-    def step(self, server: dict[str, Tensor], delta: Tensor) -> dict[str, Tensor]:
+    def step(self, server: dict[str, Tensor], delta: Tensor, ctx: RoundContext) -> dict[str, Tensor]:
         raise NotImplementedError
 
     def declare(self) -> Declaration:
@@ -76,7 +76,7 @@ class ServerOptimizer(Algorithm):
         if ctx.num_active == 0:  # skip: no step, no moment decay
             return server
         divisor = up["weight"] if self.hp.weighting == "data_size" else ctx.num_active
-        return {**server, **self.step(server, up["delta"] / divisor)}
+        return {**server, **self.step(server, up["delta"] / divisor, ctx)}
 
 
 # ------------------------------------------------------------------------------------------ FedAvgM
@@ -102,7 +102,7 @@ class FedAvgM(ServerOptimizer):
     def server_state(self) -> tuple[Entry, ...]:
         return (Vector("m"),)
 
-    def step(self, server: dict[str, Tensor], delta: Tensor) -> dict[str, Tensor]:
+    def step(self, server: dict[str, Tensor], delta: Tensor, ctx: RoundContext) -> dict[str, Tensor]:
         m = self.hp.beta * server["m"] + delta
         return {"m": m, "x": server["x"] + self.hp.global_lr * m}
 
@@ -151,7 +151,7 @@ class AdaptiveServer(ServerOptimizer):
         v0 = self.hp.tau ** 2 if self.hp.v_init == "tau_squared" else 0.0
         return (Vector("m"), Vector("v", v0), Scalar("steps"))
 
-    def step(self, server: dict[str, Tensor], delta: Tensor) -> dict[str, Tensor]:
+    def step(self, server: dict[str, Tensor], delta: Tensor, ctx: RoundContext) -> dict[str, Tensor]:
         hp = self.hp
         steps = server["steps"] + 1
         m = hp.beta1 * server["m"] + (1 - hp.beta1) * delta
