@@ -12,6 +12,7 @@ One round t, on every rank (ARCHITECTURE.md, "the one-sentence shape"):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,9 +48,13 @@ from fedrun.training.local import run_local
 from fedrun.training.losses import loss_for
 from fedrun.training.schedule import local_lr
 
-# runtime entries appended to the algorithm's uplink: training-loss sum, non-finite uploads, stop signals
+# runtime entries appended to the algorithm's uplink: training-loss sum, number of non-finite uploads,
+# stop signals, and one slot per rank for (smallest client id with a non-finite upload) + 1, 0 if none
 _UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1), ("_signal", 1))
-# the runtime entry appended to the downlink: what every rank does after this round
+_BAD_CLIENT = "_bad_client"
+# runtime entries appended to the downlink: what every rank does after this round, how many uploads were
+# not finite (dropped from the round with run.skip_nonfinite_clients) and the smallest such client id
+_DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 1), ("_bad_client", 1))
 CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
 
 
@@ -99,9 +104,10 @@ class Federation:
         self.store = ClientStore(self.decl.client, self.block.num_clients, x0)
         self.server = init_server(self.decl.server, x0) if world.is_root else {}
         down_entries = self.decl.down_entries()
-        self.down_layout = FlatLayout([(e.name, self._numel(e)) for e in down_entries] + [("_stop", 1)])
-        self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {"_stop"}
-        self.up_layout = FlatLayout([(e.name, self._numel(e)) for e in self.decl.up] + list(_UP_EXTRAS))
+        self.down_layout = FlatLayout([(e.name, self._numel(e)) for e in down_entries] + list(_DOWN_EXTRAS))
+        self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {n for n, _ in _DOWN_EXTRAS}
+        self.up_layout = FlatLayout([(e.name, self._numel(e)) for e in self.decl.up] + list(_UP_EXTRAS)
+                                    + [(_BAD_CLIENT, world.size)])
         self.up_scalars = {e.name for e in self.decl.up if isinstance(e, Scalar)} | {n for n, _ in _UP_EXTRAS}
         self.up_floats = self.decl.floats(self.decl.up, self.dim)
         self.down_floats = self.decl.floats(tuple(down_entries), self.dim)
@@ -115,10 +121,12 @@ class Federation:
         self.start_round = 0
         self.metrics = MetricsLog(run_dir if world.is_root else None)
 
-    def pack_downlink(self, stop: float = CONTINUE) -> None:
-        """Rank 0: the server's downlink entries and the stop code into the broadcast buffer."""
+    def pack_downlink(self, stop: float = CONTINUE, nonfinite: float = 0.0, bad_client: float = -1.0) -> None:
+        """Rank 0: the server's downlink entries and the runtime entries into the broadcast buffer."""
         if self.world.is_root:
-            self.down_layout.pack({**self.server, "_stop": torch.tensor([stop])}, self.down_buf)
+            extras = {"_stop": torch.tensor([stop]), "_nonfinite": torch.tensor([nonfinite]),
+                      "_bad_client": torch.tensor([bad_client])}
+            self.down_layout.pack({**self.server, **extras}, self.down_buf)
 
     def broadcast_downlink(self) -> dict[str, Tensor]:
         broadcast_from_root(self.world, self.down_buf)
@@ -134,7 +142,7 @@ class Federation:
     def _choose_strategy(self) -> str:
         requested = self.cfg.local.strategy
         if requested == "vmap" and self.random_model:
-            raise ValueError(f"local.strategy=vmap: model {self.cfg.model.name} uses dropout, whose "
+            raise ConfigError(f"local.strategy=vmap: model {self.cfg.model.name} uses dropout, whose "
                              "per-client random streams need local.strategy=sequential")
         if requested != "auto":
             return requested
@@ -159,10 +167,16 @@ class Federation:
         first, stop = self.blocks[world.rank]
         local_active = np.flatnonzero(active[first:stop])
         up_buf = self.up_layout.empty(self.dtype, world.device)
+        skip = cfg.run.skip_nonfinite_clients
+        dropped_local = np.zeros(0, dtype=np.int64)  # block rows whose non-finite upload was dropped
         if len(local_active):
-            up_sums, loss_sum, nonfinite = self._train_block(local_active, down, t, ctx)
-            self.up_layout.pack({**up_sums, "_loss": loss_sum, "_nonfinite": nonfinite,
-                                 "_signal": torch.zeros(())}, up_buf)
+            up_sums, loss_sum, bad_rows = self._train_block(local_active, down, t, ctx, drop_nonfinite=skip)
+            self.up_layout.pack({**up_sums, "_loss": loss_sum, "_nonfinite": torch.tensor(float(len(bad_rows))),
+                                 "_signal": torch.zeros(()),
+                                 _BAD_CLIENT: torch.zeros(world.size)}, up_buf)
+            if len(bad_rows):
+                up_buf[self.up_layout.slices[_BAD_CLIENT].start + world.rank] = float(self.first + bad_rows.min() + 1)
+                dropped_local = bad_rows if skip else dropped_local
         up_buf[self.up_layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
         # 4. one reduce to rank 0
         reduce_to_root(world, up_buf)
@@ -173,23 +187,47 @@ class Federation:
             nonfinite = float(up.pop("_nonfinite"))
             signals = float(up.pop("_signal"))
             loss_total = float(up.pop("_loss"))
-            train_loss = loss_total / num_active if num_active else float("nan")
-            new_server = self.algorithm.server_update(self.server, up, ctx)
-            bad = nonfinite > 0 or not all(bool(torch.isfinite(v).all()) for v in new_server.values())
-            if not bad:  # a non-finite round is not applied: the state stays that of the last good round
-                self.server = new_server
-            self.pack_downlink(STOP_NONFINITE if bad else STOP_SIGNAL if signals > 0 else CONTINUE)
+            slots = up.pop(_BAD_CLIENT)
+            bad_client = float(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1.0
+            kept = num_active - (int(nonfinite) if skip else 0)  # |S_t| the server rule sees
+            train_loss = loss_total / kept if kept else float("nan")
+            stop = CONTINUE
+            if nonfinite > 0 and not skip:
+                stop = STOP_NONFINITE
+            else:
+                new_server = self.algorithm.server_update(self.server, up, dataclasses.replace(ctx, num_active=kept))
+                if all(bool(torch.isfinite(v).all()) for v in new_server.values()):
+                    self.server = new_server  # a non-finite round is not applied: the last good state stays
+                    stop = STOP_SIGNAL if signals > 0 else CONTINUE
+                else:
+                    stop = STOP_NONFINITE
+            self.pack_downlink(stop, nonfinite, bad_client)
         down_next = self.broadcast_downlink()
+        nonfinite = int(down_next.pop("_nonfinite"))
+        bad_client = int(down_next.pop("_bad_client"))
         if float(down_next["_stop"]) == STOP_NONFINITE:
-            raise NumericalError(f"round {t}: the global model or a client's upload is not finite "
-                                 f"(NaN/Inf); lower the learning rates")
+            if nonfinite and not skip:
+                raise NumericalError(f"round {t}: client {bad_client} uploaded a non-finite update (NaN/Inf)"
+                                     f"{f' (and {nonfinite - 1} other client(s))' if nonfinite > 1 else ''}; "
+                                     "lower the learning rates or set run.skip_nonfinite_clients=true")
+            raise NumericalError(f"round {t}: the global model became non-finite (NaN/Inf); "
+                                 "lower the learning rates")
+        if skip and nonfinite:  # the dropped clients count as absent from this round, on every rank
+            ctx = dataclasses.replace(ctx, num_active=num_active - nonfinite)
+            active = active.copy()
+            for ids in self.world.allgather_object((dropped_local + self.first).tolist()):
+                active[ids] = False
+            local_active = np.setdiff1d(local_active, dropped_local)
         # 6. bookkeeping for every client of the block, delay metrics, evaluation
         mask = torch.zeros(self.block.num_clients, dtype=torch.bool, device=world.device)
-        mask[torch.as_tensor(local_active, device=world.device)] = True
+        mask[torch.as_tensor(local_active, device=world.device, dtype=torch.long)] = True
         self.store.replace(self.algorithm.after_round(down_next, dict(self.store.tensors), mask, ctx))
         delays = self.delay.update(active)
+        num_active = ctx.num_active
         entry: dict[str, Any] = {"round": t, "train_loss": train_loss, "active_clients": num_active,
                                  "local_lr": lr, **delays}
+        if skip:
+            entry["dropped_clients"] = nonfinite
         if self._eval_due(t):
             entry.update(self.evaluate(down_next["x"]))
         entry["uplink_floats"] = num_active * self.up_floats
@@ -200,8 +238,11 @@ class Federation:
         entry["wall_s"] = time.perf_counter() - wall
         return entry
 
-    def _train_block(self, local_active: np.ndarray, down: dict[str, Tensor], t: int,
-                     ctx: RoundContext) -> tuple[dict[str, Tensor], Tensor, Tensor]:
+    def _train_block(self, local_active: np.ndarray, down: dict[str, Tensor], t: int, ctx: RoundContext,
+                     drop_nonfinite: bool = False) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
+        """Train the block's participants; the summed uploads, the loss sum and the block rows (indices
+        into ``local_active``'s values) whose upload is not finite. With ``drop_nonfinite`` those rows
+        are left out of the sums and their client state is left as it was before the round."""
         cfg, device = self.cfg, self.world.device
         rows = torch.as_tensor(local_active, device=device)
         ids = local_active + self.first
@@ -223,11 +264,17 @@ class Federation:
                                        reseed=self.random_model)
         local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local)
         up, new_state = self.algorithm.client_finish(down, state, local, clients, ctx)
-        self.store.scatter(rows, new_state)
-        sums = {name: value.sum(dim=0) for name, value in up.items()}
         finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in up.values()]).all(dim=0)
-        nonfinite = (~finite).sum().to(self.dtype)
-        return sums, local.loss.sum(), nonfinite
+        bad_rows = local_active[(~finite).cpu().numpy()]
+        loss = local.loss
+        if drop_nonfinite and len(bad_rows):
+            self.store.scatter(rows[finite], {name: value[finite] for name, value in new_state.items()})
+            up = {name: value[finite] for name, value in up.items()}
+            loss = loss[finite]
+        else:
+            self.store.scatter(rows, new_state)
+        sums = {name: value.sum(dim=0) for name, value in up.items()}
+        return sums, loss.sum(), bad_rows
 
     def _probabilities(self, t: int, ids: np.ndarray) -> Tensor | None:
         p = self.participation.probabilities(t)
@@ -261,6 +308,11 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     ``resume``: ``"auto"`` (newest valid checkpoint of the run directory, if any) or a file path.
     """
     torch.set_num_threads(cfg.run.threads)
+    # nothing in the run directory changes before the inputs are checked: a run that is refused, or that
+    # fails to load its data or checkpoint, leaves an earlier run's files as they were
+    if resume is None and run_dir is not None and list_checkpoints(run_dir):
+        raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
+                          "--resume auto or choose another run.dir")
     fed = Federation(cfg, world, run_dir)
     if resume is not None:
         path = snapshot.locate(fed, resume)
@@ -268,9 +320,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
             fed.start_round = snapshot.restore(fed, path)
             if world.is_root and progress:
                 print(f"fedrun: resumed from {path} at round {fed.start_round}", flush=True)
-    elif run_dir is not None and list_checkpoints(run_dir):
-        raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
-                          "--resume auto or choose another run.dir")
+    if run_dir is not None and world.is_root:
+        (run_dir / "config.yaml").write_text(cfg.to_yaml())
     bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
     every = cfg.checkpoint.every
     with StopSignals() as signals:
