@@ -57,7 +57,7 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         elif owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             # one rank failed: end the whole job now, naming the rank, rather than let peers hang
             message = one_line(exc)
-            if isinstance(exc, dist.DistError):
+            if _lost_peer(exc):
                 message = ("lost contact with another rank (it died or failed; its message, if any, is above): "
                            + message)
             print(f"fedrun[rank {world.rank}]: error: {message}", file=sys.stderr, flush=True)
@@ -69,6 +69,14 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
     if owns_world:
         world.close()
     return result
+
+
+def _lost_peer(exc: BaseException) -> bool:
+    """A collective failed because a peer's connection broke (gloo/NCCL transport errors)."""
+    text = str(exc)
+    return isinstance(exc, dist.DistError) or (isinstance(exc, RuntimeError) and any(
+        marker in text for marker in ("gloo/transport", "Connection reset by peer", "Connection closed by peer",
+                                      "NCCL error")))
 
 
 def lock_run_dir(run_dir: Path) -> IO[str]:
