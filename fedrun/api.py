@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import json
+import os
 import sys
 from pathlib import Path
+from typing import IO
 
-from fedrun.config import Config, apply_override, config_from_dict, load_config
-from fedrun.errors import RunInterrupted, exit_code, one_line
+import torch.distributed as dist
+
+from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
+from fedrun.errors import CheckpointWriteError, NumericalError, RunInterrupted, exit_code, one_line
 from fedrun.federation.loop import RunResult, train
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
@@ -33,13 +38,13 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         cfg = config_from_dict(data)
     owns_world = world is None
     world = world or init_world(cfg.run.device, cfg.run.timeout_s)
+    lock = None
     try:
         run_dir = None
         if write_files:
             run_dir = cfg.run_dir()
             if world.is_root:
-                run_dir.mkdir(parents=True, exist_ok=True)
-                (run_dir / "config.yaml").write_text(cfg.to_yaml())
+                lock = lock_run_dir(run_dir)
         if progress and world.is_root:
             print(f"fedrun: {cfg.algorithm.name} on {cfg.data.name}, {cfg.data.num_clients} clients, "
                   f"{world.size} rank(s) on {world.device}, run dir {run_dir}", flush=True)
@@ -47,16 +52,56 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         if run_dir is not None and world.is_root:
             write_result(run_dir, result.metrics)
     except BaseException as exc:
-        if isinstance(exc, RunInterrupted) and owns_world:
-            world.close()  # every rank stopped after the same round and checkpoint
+        if isinstance(exc, (RunInterrupted, NumericalError, CheckpointWriteError)) and owns_world:
+            # every rank raised it after the same broadcast: leave together; rank 0 reports it once
+            world.close()
         elif owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             # one rank failed: end the whole job now, naming the rank, rather than let peers hang
-            print(f"fedrun[rank {world.rank}]: error: {one_line(exc)}", file=sys.stderr, flush=True)
+            message = one_line(exc)
+            if _lost_peer(exc):
+                message = ("lost contact with another rank (it died or failed; its message, if any, is above): "
+                           + message)
+            print(f"fedrun[rank {world.rank}]: error: {message}", file=sys.stderr, flush=True)
             world.abort(exit_code(exc))
         raise
+    finally:
+        if lock is not None:
+            lock.close()
     if owns_world:
         world.close()
     return result
+
+
+def _lost_peer(exc: BaseException) -> bool:
+    """A collective failed because a peer's connection broke (gloo/NCCL transport errors)."""
+    text = str(exc)
+    return isinstance(exc, dist.DistError) or (isinstance(exc, RuntimeError) and any(
+        marker in text for marker in ("gloo/transport", "Connection reset by peer", "Connection closed by peer",
+                                      "NCCL error")))
+
+
+def lock_run_dir(run_dir: Path) -> IO[str]:
+    """Create ``run_dir`` and hold an exclusive lock on ``run_dir/.lock`` (released when the returned file
+    is closed or the process ends), so that two live runs never share a run directory."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(run_dir / ".lock", "a+")  # noqa: SIM115 - held for the whole run
+    except OSError as exc:
+        raise ConfigError(f"run.dir={run_dir}: cannot create the run directory or its lock file "
+                          f"({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "?"
+        fh.close()
+        raise ConfigError(f"run.dir={run_dir}: in use by another live run (pid {holder}); wait for it to "
+                          "end or choose another run.dir") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
 
 
 def write_result(run_dir: Path, metrics: list[dict]) -> None:

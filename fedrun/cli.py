@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from fedrun.errors import EXIT_FAILURE, EXIT_OK, exit_code, one_line
+from fedrun.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RunFailure, exit_code, one_line
 
 
 def _launcher_rank() -> int:
@@ -37,9 +37,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from fedrun.checkpoint import describe_checkpoint
+    from fedrun.checkpoint import CheckpointError, CheckpointReader, describe_checkpoint
 
     print(describe_checkpoint(args.checkpoint))
+    with CheckpointReader(args.checkpoint) as reader:  # a checksum failure is an error (exit status 2)
+        try:
+            reader.verify()
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc} (the listing above marks every failed dataset)") from None
     return EXIT_OK
 
 
@@ -64,8 +69,17 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line error of every other bad input (no usage block), exit status 2."""
+
+    def error(self, message: str):
+        if _launcher_rank() == 0:
+            print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_INPUT)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedrun", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="fedrun", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="run one federated training job (under mpiexec/srun for several ranks)")
     p.add_argument("--config", help="YAML config file (defaults apply to missing keys)")
@@ -108,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         code = exit_code(exc)
         if _launcher_rank() == 0:
             print(f"fedrun: error: {one_line(exc)}", file=sys.stderr, flush=True)
-            if code == EXIT_FAILURE or os.environ.get("FEDRUN_DEBUG"):
+            if (code == EXIT_FAILURE and not isinstance(exc, RunFailure)) or os.environ.get("FEDRUN_DEBUG"):
                 traceback.print_exc()
         return code
 

@@ -38,6 +38,8 @@ class RunConfig:
     threads: int = 1  # torch intra-op threads per rank
     timeout_s: float = 120.0  # collective / rendezvous timeout: a missing peer is an error after this
     log_every: int = 1  # progress line every this many rounds (rank 0)
+    # drop a client's non-finite (NaN/Inf) upload from its round instead of stopping the run
+    skip_nonfinite_clients: bool = False
 
     def check(self) -> None:
         require(self.rounds >= 1, "run.rounds", "an integer >= 1", self.rounds)
@@ -109,7 +111,9 @@ class ModelConfig:
     name: str = "cnn_mnist"  # see fedrun.models.MODELS
 
     def check(self) -> None:
-        pass
+        from fedrun.models import MODELS  # the registry names the models
+
+        require(self.name in MODELS, "model.name", f"one of {', '.join(sorted(MODELS))}", self.name)
 
 
 @dataclass

@@ -14,6 +14,17 @@ class NumericalError(RuntimeError):
     """The global model or a client's upload became NaN or Inf."""
 
 
+class RunFailure(RuntimeError):
+    """A runtime failure that its one-line message explains fully (exit status 1, no traceback)."""
+
+
+class CheckpointWriteError(RunFailure):
+    """Rank 0 could not write a checkpoint (full disk, quota, unwritable run directory).
+
+    Every rank raises it after the same broadcast; the checkpoints written before are left intact.
+    """
+
+
 class RunInterrupted(Exception):
     """A stop signal arrived; the run wrote a checkpoint and can be resumed (exit status 75)."""
 

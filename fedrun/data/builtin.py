@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -93,14 +94,17 @@ def least_squares_x0(cfg: DataConfig) -> np.ndarray | None:
     """The ``x0`` of a least-squares .npz, if it has one (the initial model)."""
     if cfg.name != "least_squares" or cfg.least_squares.file is None:
         return None
-    with np.load(cfg.least_squares.file, allow_pickle=False) as z:
+    path = Path(cfg.least_squares.file)
+    with _open_npz(path) as z:
         if "x0" not in z:
             return None
-        x0 = np.asarray(z["x0"], dtype=np.float64)
-        d = z["A"].shape[-1]
-    if x0.shape != (d,):
-        raise DataError(f"{cfg.least_squares.file}: x0 must have shape ({d},) to match A, got {x0.shape}")
-    return x0
+        x0 = _npz_array(z, "x0", path)
+        d = _npz_array(z, "A", path).shape[-1]
+    if x0.shape != (d,) or not _is_real(x0):
+        raise DataError(f"{path}: x0 must be a real [{d}] array to match A, got {x0.dtype} {x0.shape}")
+    if not np.isfinite(x0).all():
+        raise DataError(f"{path}: x0 must be finite")
+    return x0.astype(np.float64)
 
 
 def _read_least_squares_npz(path: Path, num_clients: int) -> tuple[np.ndarray, np.ndarray]:
@@ -109,11 +113,11 @@ def _read_least_squares_npz(path: Path, num_clients: int) -> tuple[np.ndarray, n
         for key in ("A", "b"):
             if key not in z:
                 raise DataError(f"{path}: missing array {key!r} (expected A [N, m, d], b [N, m], optional x0)")
-        a, b = z["A"], z["b"]
-    if a.ndim != 3 or not np.issubdtype(a.dtype, np.number):
-        raise DataError(f"{path}: A must be a numeric [N, m, d] array, got {a.dtype} {a.shape}")
-    if b.shape != a.shape[:2] or not np.issubdtype(b.dtype, np.number):
-        raise DataError(f"{path}: b must be a numeric [N, m] array matching A {a.shape}, got {b.dtype} {b.shape}")
+        a, b = _npz_array(z, "A", path), _npz_array(z, "b", path)
+    if a.ndim != 3 or not _is_real(a) or 0 in a.shape:
+        raise DataError(f"{path}: A must be a real [N, m, d] array with m, d >= 1, got {a.dtype} {a.shape}")
+    if b.shape != a.shape[:2] or not _is_real(b):
+        raise DataError(f"{path}: b must be a real [N, m] array matching A {a.shape}, got {b.dtype} {b.shape}")
     if a.shape[0] != num_clients:
         raise DataError(f"{path}: A holds {a.shape[0]} clients but data.num_clients={num_clients}")
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
@@ -147,9 +151,29 @@ def _open_npz(path: Path) -> np.lib.npyio.NpzFile:
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
+        z = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{path}: not a readable .npz file ({exc})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise DataError(f"{path}: expected a .npz archive of named arrays, got a single .npy array")
+    return z
+
+
+def _npz_array(z: np.lib.npyio.NpzFile, key: str, path: Path) -> np.ndarray:
+    """One array of an .npz; object arrays (which would need pickle) and damaged members are refused."""
+    try:
+        return z[key]
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise DataError(f"{path}: array {key!r} has object dtype; refusing to unpickle it "
+                            "(store numeric arrays)") from None
+        raise DataError(f"{path}: cannot read array {key!r} ({exc})") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{path}: cannot read array {key!r} ({exc})") from None
+
+
+def _is_real(a: np.ndarray) -> bool:
+    return a.dtype.kind in "iuf"
 
 
 def _normalized(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,

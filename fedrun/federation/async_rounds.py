@@ -42,10 +42,8 @@ from torch import Tensor
 
 from fedrun.algorithms.base import Declaration, RoundContext, Scalar
 from fedrun.config import ConfigError, ParticipationConfig
-from fedrun.errors import NumericalError
-from fedrun.federation.loop import CONTINUE, STOP_NONFINITE, STOP_SIGNAL, Federation
+from fedrun.federation.loop import Federation
 from fedrun.federation.participation import round_rng
-from fedrun.runtime.flat import reduce_to_root
 from fedrun.state.store import ClientStore
 from fedrun.training.schedule import local_lr
 
@@ -144,32 +142,17 @@ class AsyncFederation(Federation):
         staleness = torch.as_tensor(tau, dtype=torch.int64, device=device)
         ctx = self._ctx(t, len(buf), staleness)
         local_buf = buf[(buf >= first) & (buf < stop)] - first
-        up_buf = self.up_layout.empty(self.dtype, device)
+        sums, loss_sum, bad_rows = None, None, np.zeros(0, dtype=np.int64)
         if len(local_buf):
             rows = torch.as_tensor(local_buf, device=device)
             got = {e.name: self.store.tensors[PENDING + e.name].index_select(0, rows) for e in self.decl.up}
-            loss = self.store.tensors[PENDING + "loss"].index_select(0, rows)
             finite = torch.stack([torch.isfinite(v.reshape(len(rows), -1)).all(dim=1) for v in got.values()])
-            self.up_layout.pack({**{k: v.sum(dim=0) for k, v in got.items()}, "_loss": loss.sum(),
-                                 "_nonfinite": (~finite.all(dim=0)).sum().to(self.dtype),
-                                 "_signal": torch.zeros(())}, up_buf)
-        up_buf[self.up_layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
+            bad_rows = local_buf[(~finite.all(dim=0)).cpu().numpy()]
+            sums = {k: v.sum(dim=0) for k, v in got.items()}
+            loss_sum = self.store.tensors[PENDING + "loss"].index_select(0, rows).sum()
         # 3. one reduce, the server rule on rank 0, one broadcast
-        reduce_to_root(world, up_buf)
-        train_loss = float("nan")
-        if world.is_root:
-            up = self.up_layout.unpack(up_buf, self.up_scalars)
-            nonfinite, signals = float(up.pop("_nonfinite")), float(up.pop("_signal"))
-            train_loss = float(up.pop("_loss")) / len(buf)
-            new_server = self.algorithm.server_update(self.server, up, ctx)
-            bad = nonfinite > 0 or not all(bool(torch.isfinite(v).all()) for v in new_server.values())
-            if not bad:
-                self.server = new_server
-            self.pack_downlink(STOP_NONFINITE if bad else STOP_SIGNAL if signals > 0 else CONTINUE)
-        down_next = self.broadcast_downlink()
-        if float(down_next["_stop"]) == STOP_NONFINITE:
-            raise NumericalError(f"server step {t}: the global model or a client's upload is not finite "
-                                 f"(NaN/Inf); lower the learning rates")
+        down_next, train_loss, _ = self.exchange(f"server step {t}", ctx, sums, loss_sum, bad_rows,
+                                                 stop_requested, skip=False)
         # 4. bookkeeping: consumed tasks leave, the clock advances, M new clients are dispatched
         mask = torch.zeros(self.block.num_clients, dtype=torch.bool, device=device)
         mask[torch.as_tensor(local_buf, device=device)] = True
@@ -200,7 +183,8 @@ class AsyncFederation(Federation):
         a synchronous round's block)."""
         rows = torch.as_tensor(local_rows, device=self.world.device)
         staleness = torch.zeros(len(local_rows), dtype=torch.int64, device=self.world.device)
-        up, local = self.train_clients(local_rows, self.clients(local_rows, t, staleness), down, t, ctx)
+        up, local, new_state = self.train_clients(local_rows, self.clients(local_rows, t, staleness), down, t, ctx)
+        self.store.scatter(rows, new_state)
         for name, value in {**up, "loss": local.loss}.items():
             target = self.store.tensors[PENDING + name]
             target.index_copy_(0, rows, value.to(target.dtype))

@@ -12,6 +12,7 @@ One round t, on every rank (ARCHITECTURE.md, "the one-sentence shape"):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import resource
 import time
@@ -50,9 +51,13 @@ from fedrun.training.losses import loss_for
 from fedrun.training.schedule import local_lr
 from fedrun.training.strategy import time_strategies
 
-# runtime entries appended to the algorithm's uplink: training-loss sum, non-finite uploads, stop signals
+# runtime entries appended to the algorithm's uplink: training-loss sum, number of non-finite uploads,
+# stop signals, and one slot per rank for (smallest client id with a non-finite upload) + 1, 0 if none
 _UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1), ("_signal", 1))
-# the runtime entry appended to the downlink: what every rank does after this round
+_BAD_CLIENT = "_bad_client"
+# runtime entries appended to the downlink: what every rank does after this round, how many uploads were
+# not finite (dropped from the round with run.skip_nonfinite_clients) and the smallest such client id
+_DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 1), ("_bad_client", 1))
 CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
 
 
@@ -102,9 +107,10 @@ class Federation:
         self.store = ClientStore(self.decl.client, self.block.num_clients, x0)
         self.server = init_server(self.decl.server, x0) if world.is_root else {}
         down_entries = self.decl.down_entries()
-        self.down_layout = FlatLayout([(e.name, self._numel(e)) for e in down_entries] + [("_stop", 1)])
-        self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {"_stop"}
-        self.up_layout = FlatLayout([(e.name, self._numel(e)) for e in self.decl.up] + list(_UP_EXTRAS))
+        self.down_layout = FlatLayout([(e.name, self._numel(e)) for e in down_entries] + list(_DOWN_EXTRAS))
+        self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {n for n, _ in _DOWN_EXTRAS}
+        self.up_layout = FlatLayout([(e.name, self._numel(e)) for e in self.decl.up] + list(_UP_EXTRAS)
+                                    + [(_BAD_CLIENT, world.size)])
         self.up_scalars = {e.name for e in self.decl.up if isinstance(e, Scalar)} | {n for n, _ in _UP_EXTRAS}
         self.up_floats = self.decl.floats(self.decl.up, self.dim)
         self.down_floats = self.decl.floats(tuple(down_entries), self.dim)
@@ -118,10 +124,12 @@ class Federation:
         self.start_round = 0
         self.metrics = MetricsLog(run_dir if world.is_root else None)
 
-    def pack_downlink(self, stop: float = CONTINUE) -> None:
-        """Rank 0: the server's downlink entries and the stop code into the broadcast buffer."""
+    def pack_downlink(self, stop: float = CONTINUE, nonfinite: float = 0.0, bad_client: float = -1.0) -> None:
+        """Rank 0: the server's downlink entries and the runtime entries into the broadcast buffer."""
         if self.world.is_root:
-            self.down_layout.pack({**self.server, "_stop": torch.tensor([stop])}, self.down_buf)
+            extras = {"_stop": torch.tensor([stop]), "_nonfinite": torch.tensor([nonfinite]),
+                      "_bad_client": torch.tensor([bad_client])}
+            self.down_layout.pack({**self.server, **extras}, self.down_buf)
 
     def broadcast_downlink(self) -> dict[str, Tensor]:
         broadcast_from_root(self.world, self.down_buf)
@@ -138,8 +146,8 @@ class Federation:
         """``local.strategy``, or for ``auto`` the fastest on rank 0's timing (the same on every rank)."""
         requested = self.cfg.local.strategy
         if requested == "vmap" and self.random_model:
-            raise ConfigError(f"local.strategy: model {self.cfg.model.name} uses dropout, whose per-client "
-                              "random streams need local.strategy=sequential")
+            raise ConfigError(f"local.strategy=vmap: model {self.cfg.model.name} uses dropout, whose "
+                             "per-client random streams need local.strategy=sequential")
         if requested != "auto":
             return requested, {}
         if self.random_model:
@@ -173,53 +181,106 @@ class Federation:
         # 3. local training of this rank's participants, uploads summed into one buffer
         first, stop = self.blocks[world.rank]
         local_active = np.flatnonzero(active[first:stop])
-        up_buf = self.up_layout.empty(self.dtype, world.device)
+        skip = cfg.run.skip_nonfinite_clients
+        sums, loss_sum, bad_rows = None, None, np.zeros(0, dtype=np.int64)
         if len(local_active):
-            up_sums, loss_sum, nonfinite = self._train_block(local_active, down, t, ctx)
-            self.up_layout.pack({**up_sums, "_loss": loss_sum, "_nonfinite": nonfinite,
-                                 "_signal": torch.zeros(())}, up_buf)
-        up_buf[self.up_layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
-        # 4. one reduce to rank 0
-        reduce_to_root(world, up_buf)
-        # 5. server rule on rank 0, one broadcast of the next downlink
-        train_loss = float("nan")
-        if world.is_root:
-            up = self.up_layout.unpack(up_buf, self.up_scalars)
-            nonfinite = float(up.pop("_nonfinite"))
-            signals = float(up.pop("_signal"))
-            loss_total = float(up.pop("_loss"))
-            train_loss = loss_total / num_active if num_active else float("nan")
-            new_server = self.algorithm.server_update(self.server, up, ctx)
-            bad = nonfinite > 0 or not all(bool(torch.isfinite(v).all()) for v in new_server.values())
-            if not bad:  # a non-finite round is not applied: the state stays that of the last good round
-                self.server = new_server
-            self.pack_downlink(STOP_NONFINITE if bad else STOP_SIGNAL if signals > 0 else CONTINUE)
-        down_next = self.broadcast_downlink()
-        if float(down_next["_stop"]) == STOP_NONFINITE:
-            raise NumericalError(f"round {t}: the global model or a client's upload is not finite "
-                                 f"(NaN/Inf); lower the learning rates")
+            sums, loss_sum, bad_rows = self._train_block(local_active, down, t, ctx, drop_nonfinite=skip)
+        dropped_local = bad_rows if skip else np.zeros(0, dtype=np.int64)  # block rows whose upload was dropped
+        # 4. one reduce to rank 0; 5. the server rule there, one broadcast of the next downlink
+        down_next, train_loss, nonfinite = self.exchange(f"round {t}", ctx, sums, loss_sum, bad_rows,
+                                                         stop_requested, skip)
+        if skip and nonfinite:  # the dropped clients count as absent from this round, on every rank
+            ctx = dataclasses.replace(ctx, num_active=num_active - nonfinite)
+            active = active.copy()
+            for ids in self.world.allgather_object((dropped_local + self.first).tolist()):
+                active[ids] = False
+            local_active = np.setdiff1d(local_active, dropped_local)
         # 6. bookkeeping for every client of the block, delay metrics, evaluation
         mask = torch.zeros(self.block.num_clients, dtype=torch.bool, device=world.device)
-        mask[torch.as_tensor(local_active, device=world.device)] = True
+        mask[torch.as_tensor(local_active, device=world.device, dtype=torch.long)] = True
         self.store.replace(self.algorithm.after_round(down_next, dict(self.store.tensors), mask, ctx))
         delays = self.delay.update(active)
+        num_active = ctx.num_active
         entry: dict[str, Any] = {"round": t, "train_loss": train_loss, "active_clients": num_active,
                                  "local_lr": lr, **delays}
+        if skip:
+            entry["dropped_clients"] = nonfinite
         if self._eval_due(t):
             entry.update(self.evaluate(down_next["x"]))
         self.account(entry, num_active, num_active)
         entry["wall_s"] = time.perf_counter() - wall
         return entry
 
-    def _train_block(self, local_active: np.ndarray, down: dict[str, Tensor], t: int,
-                     ctx: RoundContext) -> tuple[dict[str, Tensor], Tensor, Tensor]:
-        clients = self.clients(local_active, t)
-        up, local = self.train_clients(local_active, clients, down, t, ctx)
-        sums = {name: value.sum(dim=0) for name, value in up.items()}
+    def exchange(self, label: str, ctx: RoundContext, sums: dict[str, Tensor] | None, loss_sum: Tensor | None,
+                 bad_rows: np.ndarray, stop_requested: bool, skip: bool) -> tuple[dict[str, Tensor], float, int]:
+        """One reduce of this rank's summed uploads and the runtime extras to rank 0, the server rule there,
+        one broadcast of the next downlink (steps 4 and 5 of a round; also a server step of the
+        asynchronous mode). ``bad_rows``: block rows whose upload is not finite; with ``skip`` they were
+        left out of ``sums`` and the server rule sees |S_t| minus them, else the run stops.
+
+        Returns the next downlink, the mean training loss of the kept uploads (rank 0; NaN elsewhere) and
+        the number of non-finite uploads over all ranks.
+        """
+        world = self.world
+        up_buf = self.up_layout.empty(self.dtype, world.device)
+        if sums is not None:
+            self.up_layout.pack({**sums, "_loss": loss_sum, "_nonfinite": torch.tensor(float(len(bad_rows))),
+                                 "_signal": torch.zeros(()), _BAD_CLIENT: torch.zeros(world.size)}, up_buf)
+            if len(bad_rows):
+                up_buf[self.up_layout.slices[_BAD_CLIENT].start + world.rank] = float(self.first + bad_rows.min() + 1)
+        up_buf[self.up_layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
+        reduce_to_root(world, up_buf)
+        train_loss = float("nan")
+        if world.is_root:
+            up = self.up_layout.unpack(up_buf, self.up_scalars)
+            nonfinite = float(up.pop("_nonfinite"))
+            signals = float(up.pop("_signal"))
+            loss_total = float(up.pop("_loss"))
+            slots = up.pop(_BAD_CLIENT)
+            bad_client = float(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1.0
+            kept = ctx.num_active - (int(nonfinite) if skip else 0)  # |S_t| the server rule sees
+            train_loss = loss_total / kept if kept else float("nan")
+            stop = CONTINUE
+            if nonfinite > 0 and not skip:
+                stop = STOP_NONFINITE
+            else:
+                new_server = self.algorithm.server_update(self.server, up, dataclasses.replace(ctx, num_active=kept))
+                if all(bool(torch.isfinite(v).all()) for v in new_server.values()):
+                    self.server = new_server  # a non-finite round is not applied: the last good state stays
+                    stop = STOP_SIGNAL if signals > 0 else CONTINUE
+                else:
+                    stop = STOP_NONFINITE
+            self.pack_downlink(stop, nonfinite, bad_client)
+        down_next = self.broadcast_downlink()
+        nonfinite_all = int(down_next.pop("_nonfinite"))
+        bad_client_id = int(down_next.pop("_bad_client"))
+        if float(down_next["_stop"]) == STOP_NONFINITE:
+            if nonfinite_all and not skip:
+                others = f" (and {nonfinite_all - 1} other client(s))" if nonfinite_all > 1 else ""
+                raise NumericalError(f"{label}: client {bad_client_id} uploaded a non-finite update (NaN/Inf)"
+                                     f"{others}; lower the learning rates or set run.skip_nonfinite_clients=true")
+            raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
+        return down_next, train_loss, nonfinite_all
+
+    def _train_block(self, local_active: np.ndarray, down: dict[str, Tensor], t: int, ctx: RoundContext,
+                     drop_nonfinite: bool = False) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
+        """Train the block's participants; the summed uploads, the loss sum and the block rows (indices
+        into ``local_active``'s values) whose upload is not finite. With ``drop_nonfinite`` those rows
+        are left out of the sums and their client state is left as it was before the round."""
+        rows = torch.as_tensor(local_active, device=self.world.device)
+        up, local, new_state = self.train_clients(local_active, self.clients(local_active, t), down, t, ctx)
         finite = torch.stack([torch.isfinite(v.reshape(len(local_active), -1)).all(dim=1)
                               for v in up.values()]).all(dim=0)
-        nonfinite = (~finite).sum().to(self.dtype)
-        return sums, local.loss.sum(), nonfinite
+        bad_rows = local_active[(~finite).cpu().numpy()]
+        loss = local.loss
+        if drop_nonfinite and len(bad_rows):
+            self.store.scatter(rows[finite], {name: value[finite] for name, value in new_state.items()})
+            up = {name: value[finite] for name, value in up.items()}
+            loss = loss[finite]
+        else:
+            self.store.scatter(rows, new_state)
+        sums = {name: value.sum(dim=0) for name, value in up.items()}
+        return sums, loss.sum(), bad_rows
 
     def clients(self, local_rows: np.ndarray, t: int, staleness: Tensor | None = None) -> Clients:
         """What the rules may know about this rank's clients ``local_rows`` (block-relative) in round t."""
@@ -235,9 +296,10 @@ class Federation:
         )
 
     def train_clients(self, local_rows: np.ndarray, clients: Clients, down: dict[str, Tensor], t: int,
-                      ctx: RoundContext) -> tuple[dict[str, Tensor], LocalResult]:
+                      ctx: RoundContext) -> tuple[dict[str, Tensor], LocalResult, dict[str, Tensor]]:
         """Local training of block clients ``local_rows`` from ``down``: the plan, the K steps, the
-        client rule; their new state is stored and their uploads ``[C, ...]`` returned."""
+        client rule. Returns their uploads, the local result and their new state ``[C, ...]`` (the
+        caller stores it)."""
         cfg = self.cfg
         rows = torch.as_tensor(local_rows, device=self.world.device)
         state = self.store.gather(rows, [e.name for e in self.decl.client])
@@ -252,8 +314,7 @@ class Federation:
         local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local,
                           group_size=None if self.strategy == "vmap" else 1)
         up, new_state = self.algorithm.client_finish(down, state, local, clients, ctx)
-        self.store.scatter(rows, new_state)
-        return up, local
+        return up, local, new_state
 
     def account(self, entry: dict[str, Any], uploads: int, downloads: int) -> None:
         """Communication of the round in floats, per round and cumulative (from the declaration)."""
@@ -303,6 +364,11 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     ``signals``: stop-signal handlers installed by the caller (else installed for the rounds only).
     """
     torch.set_num_threads(cfg.run.threads)
+    # nothing in the run directory changes before the inputs are checked: a run that is refused, or that
+    # fails to load its data or checkpoint, leaves an earlier run's files as they were
+    if resume is None and run_dir is not None and list_checkpoints(run_dir):
+        raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
+                          "--resume auto or choose another run.dir")
     if cfg.asynchrony.enabled:  # buffered asynchronous server steps (fedrun.federation.async_rounds)
         from fedrun.federation.async_rounds import AsyncFederation
 
@@ -318,9 +384,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
             resume_s = time.perf_counter() - started
             if world.is_root and progress:
                 print(f"fedrun: resumed from {path} at round {fed.start_round}", flush=True)
-    elif run_dir is not None and list_checkpoints(run_dir):
-        raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
-                          "--resume auto or choose another run.dir")
+    if run_dir is not None and world.is_root:
+        (run_dir / "config.yaml").write_text(cfg.to_yaml())
     runtime = RuntimeLog(fed, run_dir, resume_s)
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in fed.strategy_timings.items())
@@ -370,7 +435,7 @@ class RuntimeLog:
 
     def finish(self) -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB -> MiB on Linux
-        self.data["peak_rss_mib_per_rank"] = self.world.gather_object(round(peak, 1))
+        self.data["peak_rss_mib_per_rank"] = self.world.allgather_object(round(peak, 1))
         self._write()
 
     def _write(self) -> None:

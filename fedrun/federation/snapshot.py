@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from fedrun.algorithms.base import Vector
 from fedrun.checkpoint import CheckpointError, CheckpointReader, CheckpointWriter, find_latest_valid
+from fedrun.errors import CheckpointWriteError
 
 if TYPE_CHECKING:
     from fedrun.federation.loop import Federation
@@ -76,9 +77,10 @@ def save(fed: Federation, next_round: int) -> Path | None:
     if world.size > 1:
         dist.broadcast(failed, src=0)
     if error is not None:
-        raise CheckpointError(f"checkpoint of round {next_round} in {fed.run_dir} failed: {error}") from None
+        raise CheckpointWriteError(f"checkpoint of round {next_round} in {fed.run_dir} failed: {error}; "
+                                   "the earlier checkpoints are intact") from None
     if failed.item():
-        raise CheckpointError(f"checkpoint of round {next_round} failed on rank 0")
+        raise CheckpointWriteError(f"checkpoint of round {next_round} failed on rank 0")
     return path
 
 

@@ -15,17 +15,25 @@ class MetricsLog:
 
     def __init__(self, run_dir: Path | None) -> None:
         self.path = None if run_dir is None else run_dir / "metrics.jsonl"
-        self.reset([])
+        self.records: list[dict[str, Any]] = []
+        self._synced = False  # the file is (re)written at the first record, not before: a run that fails
+        # to start leaves an earlier run's metrics.jsonl alone
 
     def reset(self, records: list[dict[str, Any]]) -> None:
         """Continue from ``records`` (a checkpoint's): the file is rewritten to match them exactly."""
         self.records = list(records)
+        self._sync()
+
+    def _sync(self) -> None:
         if self.path is not None:
             self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+        self._synced = True
 
     def record(self, entry: dict[str, Any]) -> None:
         self.records.append(entry)
-        if self.path is not None:
+        if not self._synced:
+            self._sync()
+        elif self.path is not None:
             with self.path.open("a") as fh:
                 fh.write(json.dumps(entry) + "\n")
 

@@ -4,7 +4,7 @@ fedrun is started by ``mpiexec``/``mpirun``, by ``srun`` (with or without an MPI
 plain single process. MPI (mpi4py) is the control plane: it carries the rendezvous port and small
 control messages. The data plane is torch.distributed (NCCL on GPUs, gloo on CPUs), initialised from
 a TCPStore that rank 0 binds to a free port chosen by the OS, so two runs on one machine never collide.
-The store listens on loopback unless the ranks span several hosts.
+The store listens on 127.0.0.1 only unless the ranks span several hosts (see ``_master_store``).
 """
 
 from __future__ import annotations
@@ -52,14 +52,14 @@ class World:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def gather_object(self, obj: Any) -> list[Any] | None:
-        """Every rank's ``obj`` as a list on rank 0 (None elsewhere); control plane only."""
+    def allgather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (control plane only: small objects, rare calls)."""
         if self.size == 1:
             return [obj]
         if self.comm is not None:
-            return self.comm.gather(obj, root=0)
-        out = [None] * self.size if self.rank == 0 else None
-        dist.gather_object(obj, out, dst=0)
+            return self.comm.allgather(obj)
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj)
         return out
 
     def abort(self, code: int = 1) -> None:
@@ -157,17 +157,38 @@ def _rendezvous(comm: Any, rank: int, size: int, timeout_s: float) -> dist.TCPSt
         hosts = comm.allgather(socket.gethostname())
         host = "127.0.0.1" if len(set(hosts)) == 1 else os.environ.get("MASTER_ADDR", hosts[0])
         if rank == 0:
-            bind = "127.0.0.1" if host == "127.0.0.1" else "0.0.0.0"
-            store = dist.TCPStore(bind, 0, size, True, timeout=timeout, wait_for_workers=False)
+            store = _master_store(host == "127.0.0.1", 0, size, timeout)
             comm.bcast((host, store.port), root=0)
             return store
         host, port = comm.bcast(None, root=0)
         return dist.TCPStore(host, port, size, False, timeout=timeout)
     host = os.environ.get("MASTER_ADDR") or _first_slurm_host()
     port = _int_env("MASTER_PORT") or _slurm_port()
-    is_master = rank == 0
-    bind = host if not is_master else ("127.0.0.1" if host in ("127.0.0.1", "localhost") else "0.0.0.0")
-    return dist.TCPStore(bind if is_master else host, port, size, is_master, timeout=timeout)
+    if rank == 0:
+        return _master_store(host in ("127.0.0.1", "localhost"), port, size, timeout)
+    return dist.TCPStore(host, port, size, False, timeout=timeout)
+
+
+def _master_store(loopback: bool, port: int, size: int, timeout: datetime.timedelta) -> dist.TCPStore:
+    """Rank 0's TCPStore server; on one host it accepts connections on 127.0.0.1 only.
+
+    TCPStore itself listens on every interface whatever host name it is given, so for a single-host
+    job fedrun binds the listening socket to loopback itself and hands it over (``master_listen_fd``).
+    """
+    if not loopback:
+        return dist.TCPStore("0.0.0.0", port, size, True, timeout=timeout, wait_for_workers=False)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+        port = sock.getsockname()[1]
+    except OSError as exc:
+        sock.close()
+        raise LaunchError(f"rendezvous: cannot listen on 127.0.0.1:{port} ({exc})") from None
+    fd = sock.detach()  # the store owns the listening socket from now on
+    return dist.TCPStore("127.0.0.1", port, size, True, timeout=timeout, wait_for_workers=False,
+                         master_listen_fd=fd, use_libuv=True)
 
 
 def _first_slurm_host() -> str:

@@ -1,0 +1,252 @@
+"""Failure handling of real runs: a killed or failing rank, NaN/Inf, a full disk, concurrent runs, the
+run-directory lock and the loopback-only rendezvous (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import LEAST_SQUARES, REPO, child_env, mpiexec, run_ranks
+
+from fedrun.checkpoint import CheckpointReader, checkpoint_round, find_latest_valid, list_checkpoints
+
+pytestmark = pytest.mark.mpi
+
+BASE = [*LEAST_SQUARES, "participation.clients_per_round=3", "local.steps=2"]
+
+
+def train_args(run_dir: Path, rounds: int, *extra: str) -> list[str]:
+    return ["-m", "fedrun", "train", "--quiet", f"run.dir={run_dir}", f"run.rounds={rounds}", *BASE, *extra]
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def rank_pids(launcher: int) -> dict[int, int]:
+    """PID of each rank's python process among the launcher's descendants (from their PMI_RANK)."""
+    out = {}
+    for pid in _descendants(launcher):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        if "python" not in os.path.basename(exe):
+            continue
+        for item in env:
+            if item.startswith(b"PMI_RANK="):
+                out[int(item[len(b"PMI_RANK="):])] = pid
+    return out
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended early ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+        if time.time() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting for the run")
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------------ rank failure
+
+
+def test_killed_rank_ends_the_job_within_60s_and_the_checkpoint_stays_valid(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen([mpiexec(), "-n", "3", sys.executable, *train_args(run, 10**6, "checkpoint.every=3")],
+                            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list_checkpoints(run)) >= 2, proc)
+    pids = rank_pids(proc.pid)
+    assert sorted(pids) == [0, 1, 2], pids
+    start = time.monotonic()
+    os.kill(pids[1], signal.SIGKILL)  # mid-round: the ranks are always in a round or a checkpoint
+    _, err = proc.communicate(timeout=120)
+    elapsed = time.monotonic() - start
+    print(f"\njob ended {elapsed:.2f} s after SIGKILL of rank 1, status {proc.returncode}")
+    assert proc.returncode != 0
+    assert elapsed < 60
+    assert "rank" in err.lower() and ("lost contact with another rank" in err or "KILLED" in err), err[-2000:]
+    latest = find_latest_valid(run)
+    assert latest is not None
+    with CheckpointReader(latest) as reader:
+        assert reader.meta["round"] == checkpoint_round(latest) >= 3
+
+
+def test_rank_that_raises_ends_the_job_naming_the_rank(tmp_path):
+    """Rank 2 cannot read the data file (as on a node that lacks it); ranks 0 and 1 wait in a collective."""
+    rng = np.random.default_rng(0)
+    good = tmp_path / "ls.npz"
+    np.savez(good, A=rng.standard_normal((6, 4, 5)), b=rng.standard_normal((6, 4)))
+    common = train_args(tmp_path / "run", 5, "data.num_clients=6")
+    cmd = [mpiexec(), "-n", "2", sys.executable, *common, f"data.least_squares.file={good}", ":",
+           "-n", "1", sys.executable, *common, f"data.least_squares.file={tmp_path / 'only_on_other_nodes.npz'}"]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=child_env(), cwd=REPO)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert elapsed < 60
+    assert "fedrun[rank 2]: error:" in proc.stderr and "only_on_other_nodes.npz: file not found" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# -------------------------------------------------------------------------------------- NaN / Inf
+
+
+def _exploding_problem(path: Path, bad_client: int | None = 3) -> None:
+    """Least squares with 6 clients; ``bad_client``'s rows are scaled so that its local steps diverge."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((6, 4, 5)), rng.standard_normal((6, 4))
+    if bad_client is not None:
+        a[bad_client] *= 300.0
+    keep = [i for i in range(6) if i != bad_client] if bad_client is not None else list(range(6))
+    np.savez(path, A=a, b=b)
+    np.savez(path.with_name("without_bad.npz"), A=a[keep], b=b[keep])
+
+
+NUMERIC = ["run.dtype=float32", "participation.pattern=full", "local.steps=20", "local.lr=0.05", "local.batch_size=64"]
+
+
+def test_nonfinite_upload_stops_with_status_3_naming_round_and_client(tmp_path):
+    problem = tmp_path / "ls.npz"
+    _exploding_problem(problem)
+    run = tmp_path / "run"
+    args = train_args(run, 6, *NUMERIC, "data.num_clients=6", f"data.least_squares.file={problem}",
+                      "checkpoint.every=1", "participation.pattern=cyclic", "participation.clients_per_round=2")
+    proc = run_ranks(2, args, check=False)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    # cyclic with S=2: clients 0,1 in round 0, then 2,3 in round 1: client 3 (rank 1's block) diverges
+    assert lines[0].startswith("fedrun: error: round 1: client 3 uploaded a non-finite update"), lines[0]
+    latest = find_latest_valid(run)
+    assert latest is not None and checkpoint_round(latest) == 1  # the last good round's checkpoint
+    with CheckpointReader(latest) as reader:
+        assert np.isfinite(reader.read("server/x")).all()
+
+
+def test_skip_nonfinite_clients_drops_them_and_tells_the_algorithm(tmp_path):
+    problem = tmp_path / "ls.npz"
+    _exploding_problem(problem)
+    common = [*NUMERIC, "eval.every=1"]
+    skip, ref = tmp_path / "skip", tmp_path / "ref"
+    run_ranks(2, train_args(skip, 4, *common, "data.num_clients=6", f"data.least_squares.file={problem}",
+                            "run.skip_nonfinite_clients=true"))
+    run_ranks(2, train_args(ref, 4, *common, "data.num_clients=5",
+                            f"data.least_squares.file={tmp_path / 'without_bad.npz'}"))
+    with CheckpointReader(list_checkpoints(skip)[-1]) as r, CheckpointReader(list_checkpoints(ref)[-1]) as r_ref:
+        x, x_ref = r.read("server/x"), r_ref.read("server/x")
+    assert np.isfinite(x).all()
+    # FedAvg divides by |S_t|: 5 kept clients, exactly as a run without the bad client
+    np.testing.assert_allclose(x, x_ref, rtol=1e-5, atol=1e-6)
+    records = [json.loads(line) for line in (skip / "metrics.jsonl").read_text().splitlines()]
+    assert [r["dropped_clients"] for r in records] == [1, 1, 1, 1]
+    assert [r["active_clients"] for r in records] == [5, 5, 5, 5]
+    assert all(np.isfinite(r["train_loss"]) for r in records)
+
+
+# ----------------------------------------------------------------------------------- full disk
+
+
+def _limit_file_size(limit: int):
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write(2) then fails with EFBIG, as ENOSPC on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return apply
+
+
+def test_checkpoint_that_cannot_be_written_keeps_the_previous_one(tmp_path):
+    """The disk fills up during a resumed run: its checkpoint (about 16 MB) cannot be written.
+
+    RLIMIT_FSIZE makes write(2) fail with EFBIG as a full disk fails with ENOSPC; the limit (12 MB) stays
+    above what MPI's shared-memory start-up needs (under 8 MB).
+    """
+    run = tmp_path / "run"
+    args = [*BASE, "algorithm.name=scaffold", "data.least_squares.dim=250000", "participation.clients_per_round=2",
+            "local.steps=1", "local.lr=0.01"]
+    run_ranks(0, train_args(run, 2, *args))
+    first = list_checkpoints(run)
+    assert [checkpoint_round(p) for p in first] == [2] and first[0].stat().st_size > 14 << 20
+    digest = first[0].read_bytes()
+    proc = subprocess.run([sys.executable, *train_args(run, 4, *args), "--resume", "auto"], capture_output=True,
+                          text=True, timeout=240, env=child_env(), cwd=REPO, preexec_fn=_limit_file_size(12 << 20))
+    assert proc.returncode == 1, proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, proc.stderr
+    assert line.startswith("fedrun: error: checkpoint of round 4") and "File too large" in line, line
+    assert "earlier checkpoints are intact" in line
+    assert find_latest_valid(run) == first[0] and first[0].read_bytes() == digest
+    assert not list(run.glob(".ckpt_*.tmp"))  # the failed temporary is gone
+
+
+# ---------------------------------------------------------------------------- concurrent runs
+
+
+def test_two_runs_started_together_both_succeed(tmp_path):
+    procs = [subprocess.Popen([mpiexec(), "-n", "2", sys.executable, *train_args(tmp_path / f"run{i}", 4)],
+                              env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-2000:]
+    for i in range(2):
+        assert (tmp_path / f"run{i}" / "result.json").exists()
+
+
+def test_a_live_runs_directory_is_locked(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    with open(run / ".lock", "w") as holder:  # as a live run's rank 0 holds it
+        holder.write("4242\n")
+        holder.flush()
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX)
+        proc = run_ranks(0, [*train_args(run, 3), "--resume", "auto"], check=False)
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == (f"fedrun: error: run.dir={run}: in use by another live run (pid 4242); "
+                                       "wait for it to end or choose another run.dir")
+        assert not list(run.glob("ckpt_*")) and not (run / "config.yaml").exists()
+    run_ranks(0, [*train_args(run, 3), "--resume", "auto"])  # released: the run starts
+
+
+# --------------------------------------------------------------------------------------- security
+
+
+def test_rendezvous_listens_on_loopback_only(tmp_path):
+    out = tmp_path / "listen.json"
+    run_ranks(2, [str(REPO / "tests" / "_rendezvous_probe.py"), str(out)])
+    found = json.loads(out.read_text())
+    assert found["port"] > 0
+    assert found["listening"] == ["127.0.0.1"], found
+
+
+def test_object_array_npz_is_refused_without_unpickling(tmp_path):
+    path = tmp_path / "ls.npz"
+    np.savez(path, A=np.ones((6, 4, 5)).astype(object), b=np.ones((6, 4)))
+    proc = run_ranks(0, [*train_args(tmp_path / "run", 2, f"data.least_squares.file={path}")], check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"fedrun: error: {path}: array 'A' has object dtype; refusing to unpickle it "
+                                   "(store numeric arrays)")
