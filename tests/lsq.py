@@ -152,7 +152,7 @@ def set_server(fed: Federation, **values: Any) -> None:
     """Overwrite server entries and re-pack the downlink the clients read next round."""
     for name, value in values.items():
         fed.server[name] = torch.as_tensor(value, dtype=fed.dtype).clone()
-    fed.down_layout.pack({**fed.server, "_stop": torch.zeros(1)}, fed.down_buf)
+    fed.pack_downlink()
 
 
 def run_single(cfg: dict[str, Any] | Config):
