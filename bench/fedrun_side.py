@@ -26,20 +26,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def prepare(wl: workloads.Workload, partition: str) -> tuple[Path, Path]:
-    """The workload as an arrays .npz and its cohort schedule as a boolean [T, N] trace (cached)."""
+    """The workload as a directory of .npy arrays (memory-mapped by fedrun, so each rank reads only its
+    clients' rows) and its cohort schedule as a boolean [T, N] trace (cached)."""
     import numpy as np
 
     tag = f"fedrun_{wl.name}_{partition}_{wl.rounds}_{wl.cohort}"
-    npz, trace = workloads.CACHE_DIR / f"{tag}.npz", workloads.CACHE_DIR / f"{tag}_trace.npy"
-    if not npz.exists():
-        a = workloads.load_arrays(wl, partition)
-        groups = np.repeat(np.arange(wl.num_clients), wl.examples_per_client)
-        np.savez(npz, x_train=a["x_train"], y_train=a["y_train"], x_test=a["x_test"], y_test=a["y_test"],
-                 groups=groups)
+    arrays, trace = workloads.CACHE_DIR / tag, workloads.CACHE_DIR / f"{tag}_trace.npy"
+    if not trace.exists():
+        arrays.mkdir(parents=True, exist_ok=True)
+        for name, value in workloads.load_arrays(wl, partition).items():
+            np.save(arrays / f"{name}.npy", value)
+        np.save(arrays / "groups.npy", np.repeat(np.arange(wl.num_clients), wl.examples_per_client))
         active = np.zeros((wl.rounds, wl.num_clients), dtype=bool)
         np.put_along_axis(active, workloads.cohort_schedule(wl), True, axis=1)
         np.save(trace, active)
-    return npz, trace
+    return arrays, trace
 
 
 def main() -> None:

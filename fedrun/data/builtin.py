@@ -126,25 +126,38 @@ def _read_least_squares_npz(path: Path, num_clients: int) -> tuple[np.ndarray, n
 
 
 def load_arrays(cfg: DataConfig, seed: int) -> TaskData:
+    """A user's arrays: one .npz, or a directory of .npy files (memory-mapped: each rank then reads only
+    the rows of its own clients, which keeps a large dataset out of every rank's memory)."""
     if cfg.root is None:
-        raise DataError("data.root: data.name=arrays needs data.root=path/to/file.npz")
+        raise DataError("data.root: data.name=arrays needs data.root=path/to/file.npz or a directory of .npy")
     path = Path(cfg.root)
-    with _open_npz(path) as z:
-        missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z]
-        if missing:
-            raise DataError(f"{path}: missing arrays {missing} (expected x_train, y_train, x_test, y_test)")
-        arrays = {k: z[k] for k in z.files}
-    y_train = arrays["y_train"].astype(np.int64)
-    y_test = arrays["y_test"].astype(np.int64)
+    names = ("x_train", "y_train", "x_test", "y_test", "groups")
+    if path.is_dir():
+        arrays = {}
+        for name in names:
+            file = path / f"{name}.npy"
+            if file.is_file():
+                try:
+                    arrays[name] = np.load(file, mmap_mode="r", allow_pickle=False)
+                except ValueError as exc:
+                    raise DataError(f"{file}: not a readable .npy array ({exc})") from None
+    else:
+        with _open_npz(path) as z:
+            arrays = {k: z[k] for k in z.files if k in names}
+    missing = [k for k in names[:4] if k not in arrays]
+    if missing:
+        raise DataError(f"{path}: missing arrays {missing} (expected x_train, y_train, x_test, y_test)")
+    y_train = np.asarray(arrays["y_train"], dtype=np.int64)
+    y_test = np.asarray(arrays["y_test"], dtype=np.int64)
     if len(arrays["x_train"]) != len(y_train) or len(arrays["x_test"]) != len(y_test):
         raise DataError(f"{path}: x_* and y_* must have the same number of rows")
     groups = arrays.get("groups")
     if groups is not None and groups.shape != y_train.shape:
         raise DataError(f"{path}: groups must have one entry per training example, shape {y_train.shape}")
     classes = int(max(y_train.max(), y_test.max())) + 1
-    return TaskData("arrays", arrays["x_train"].astype(np.float32), y_train,
-                    arrays["x_test"].astype(np.float32), y_test, classes,
-                    groups=None if groups is None else groups.astype(np.int64))
+    return TaskData("arrays", np.asarray(arrays["x_train"], dtype=np.float32), y_train,
+                    np.asarray(arrays["x_test"], dtype=np.float32), y_test, classes,
+                    groups=None if groups is None else np.asarray(groups, dtype=np.int64))
 
 
 def _open_npz(path: Path) -> np.lib.npyio.NpzFile:
