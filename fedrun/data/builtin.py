@@ -138,7 +138,7 @@ def load_arrays(cfg: DataConfig, seed: int) -> TaskData:
             file = path / f"{name}.npy"
             if file.is_file():
                 try:
-                    arrays[name] = np.load(file, mmap_mode="r", allow_pickle=False)
+                    arrays[name] = np.load(file, mmap_mode="c", allow_pickle=False)  # private, never written
                 except ValueError as exc:
                     raise DataError(f"{file}: not a readable .npy array ({exc})") from None
     else:

@@ -51,6 +51,13 @@ class Batches:
     steps: np.ndarray  # [C] local steps of each client
 
 
+def _take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``array[rows]``; a contiguous run of rows is a view, so a memory-mapped dataset is not copied."""
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and bool((np.diff(rows) == 1).all()):
+        return array[rows[0]:rows[-1] + 1]
+    return array[rows]
+
+
 class ClientBlock:
     """The examples of clients ``first .. first + len(parts) - 1`` on one device."""
 
@@ -61,7 +68,7 @@ class ClientBlock:
         self.num_examples = np.array([len(p) for p in parts], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.num_examples)]).astype(np.int64)
         rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        x = torch.from_numpy(np.ascontiguousarray(task.x_train[rows]))
+        x = torch.from_numpy(np.ascontiguousarray(_take_rows(task.x_train, rows)))
         if x.is_floating_point():
             x = x.to(dtype)
         y = torch.from_numpy(np.ascontiguousarray(task.y_train[rows]))
