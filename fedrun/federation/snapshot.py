@@ -36,11 +36,11 @@ def save(fed: Federation, next_round: int) -> Path | None:
     writer = None
     error: Exception | None = None
 
-    def attempt(fn, *args) -> None:
+    def attempt(fn, *args, **kwargs) -> None:
         nonlocal error
         if error is None:
             try:
-                fn(*args)
+                fn(*args, **kwargs)
             except Exception as exc:  # keep draining the other ranks' rows, then report
                 error = exc
 
