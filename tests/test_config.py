@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_ranks
+
 from fedrun.config import ConfigError, load_config
 
 

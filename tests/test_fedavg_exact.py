@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from conftest import LEAST_SQUARES
 
 import fedrun
-from conftest import LEAST_SQUARES
 from fedrun.data.builtin import load_least_squares
 
 
