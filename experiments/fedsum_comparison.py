@@ -95,11 +95,12 @@ def job(root: Path, group: str, label: str, base: dict, extra: dict, seed: int, 
     return {"group": group, "label": label, "seed": seed, "config": cfg}
 
 
-def fedsum_jobs(root: Path, seeds: list[int], rounds: int | None, lr: float) -> list[dict]:
+def fedsum_jobs(root: Path, seeds: list[int], rounds: int | None, lr: float,
+                patterns: tuple[str, ...] = PATTERNS) -> list[dict]:
     base = _merge(FEDSUM_BASE, {"run": {"rounds": rounds or FEDSUM_BASE["run"]["rounds"]}, "local": {"lr": lr}})
     jobs = []
     for seed in seeds:
-        for pattern in PATTERNS:
+        for pattern in patterns:
             for paper_name, (algo, hp) in FEDSUM_ALGORITHMS.items():
                 extra = {"participation": {"pattern": pattern}, "algorithm": {"name": algo, **hp}}
                 jobs.append(job(root, f"fedsum_{pattern}", paper_name, base, extra, seed, f"eta{lr}"))
@@ -425,6 +426,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "docs" / "results"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, help="override the rounds of the setup (150 FedSUM, 200 FedAdamom)")
+    parser.add_argument("--patterns", nargs="+", default=list(PATTERNS), choices=PATTERNS,
+                        help="participation patterns of the FedSUM grid")
     parser.add_argument("--jobs", type=int, default=2, help="runs at the same time (one process each)")
     parser.add_argument("--lr", type=float, nargs="+",
                         help="eta_0 values for the FedSUM grid (default: the 'lr' step's choice)")
@@ -435,7 +438,7 @@ def main() -> None:
         print(f"chosen eta_0 = {chosen_lr(root)}")
     elif args.step == "fedsum":
         for lr in args.lr or [chosen_lr(root)]:
-            run_all(fedsum_jobs(root, args.seeds, args.rounds, lr), args.jobs)
+            run_all(fedsum_jobs(root, args.seeds, args.rounds, lr, tuple(args.patterns)), args.jobs)
     elif args.step == "fedadamom":
         run_all(fedadamom_jobs(root, args.seeds, args.rounds), args.jobs)
     try:
