@@ -62,9 +62,27 @@ def cmd_participation(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from fedrun.config import load_config
+    from fedrun.data.errors import DataError
+    from fedrun.data.stats import describe_data, format_partition_stats, save_partition_png
+
+    cfg = load_config(args.config, args.overrides)
+    stats, _, counts = describe_data(cfg)
+    print(format_partition_stats(stats))
+    if args.png:
+        if counts is None:
+            raise DataError(f"--png: dataset {stats['dataset']} has no class labels to draw")
+        title = (f"{stats['dataset']}, {cfg.data.partition}, {stats['clients']} clients "
+                 f"(seed {cfg.run.seed})")
+        print(f"saved {save_partition_png(counts, args.png, title)}")
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": cmd_train,
     "participation": cmd_participation,
+    "data": cmd_data,
     "inspect": cmd_inspect,
 }
 
@@ -94,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. participation.pattern=p3")
     sub.add_parser("sweep", help="run a sweep file as a Slurm job array via submitit (fedrun sweep --help)")
     sub.add_parser("report", help="tables and plots of a finished sweep directory (fedrun report --help)")
+    p = sub.add_parser("data", help="per-client statistics of the data partition, without training")
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--png", help="save the per-client label distribution (stacked bars and a bubble chart)")
+    p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. data.partition=shards")
     p = sub.add_parser("inspect", help="describe a checkpoint file and verify its checksums")
     p.add_argument("checkpoint", help="a ckpt_*.h5 file")
     return parser

@@ -96,13 +96,22 @@ class DataConfig:
     num_clients: int = 100
     partition: str = "dirichlet"  # see fedrun.data.partition.PARTITIONERS
     alpha: float = 0.3  # Dirichlet concentration over labels
+    shards_per_client: int = 2  # shards: label-sorted shards per client (McMahan et al. 2017 use 2)
+    size_sigma: float = 1.0  # size_skew: std of the log of the client sizes (lognormal); 0: equal sizes
     test_fraction: float = 0.2  # held-out share for datasets without a test split
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     least_squares: LeastSquaresConfig = field(default_factory=LeastSquaresConfig)
 
     def check(self) -> None:
         require(self.num_clients >= 1, "data.num_clients", "an integer >= 1", self.num_clients)
+        from fedrun.data.partition import PARTITIONERS  # the registry names the partitioners
+
+        require(self.partition in PARTITIONERS, "data.partition", f"one of {', '.join(PARTITIONERS)}",
+                self.partition)
         require(self.alpha > 0, "data.alpha", "a number > 0", self.alpha)
+        require(self.shards_per_client >= 1, "data.shards_per_client", "an integer >= 1",
+                self.shards_per_client)
+        require(self.size_sigma >= 0, "data.size_sigma", "a number >= 0", self.size_sigma)
         require(0 < self.test_fraction < 1, "data.test_fraction", "a number in (0, 1)", self.test_fraction)
 
 

@@ -5,6 +5,14 @@
   the clients (the scheme of the FedAU/FedAWE codes; the FedSUM paper uses alpha = 0.1, FedAdamom 0.3).
   Draws are repeated until every client holds at least one example.
 * ``natural``: the dataset's own groups (LEAF writers, least-squares clients).
+* ``shards``: pathological label skew (McMahan et al. 2017): the examples, sorted by label (seeded
+  order within a label), are cut into ``N * data.shards_per_client`` contiguous shards of near-equal
+  size, and every client receives ``data.shards_per_client`` shards drawn at random without
+  replacement. With 2 shards per client most clients see 1 or 2 classes.
+* ``size_skew``: quantity skew with i.i.d. labels: client sizes are proportional to lognormal draws
+  ``exp(sigma * z_i)``, ``z_i ~ N(0, 1)``, ``sigma = data.size_sigma`` (0 gives equal sizes), rounded by
+  largest remainder so that they sum to n with every client holding >= 1 example; each client then
+  takes that many examples of a seeded shuffle.
 """
 
 from __future__ import annotations
@@ -59,10 +67,47 @@ def partition_natural(task: TaskData, cfg: DataConfig, seed: int) -> list[np.nda
     return list(np.split(order, cuts))
 
 
+def partition_shards(task: TaskData, cfg: DataConfig, seed: int) -> list[np.ndarray]:
+    if task.task != "classification":
+        raise DataError("data.partition=shards: needs class labels; use iid or natural for regression")
+    labels = task.y_train
+    num_shards = cfg.num_clients * cfg.shards_per_client
+    if num_shards > len(labels):
+        raise DataError(f"data.shards_per_client={cfg.shards_per_client}: {cfg.num_clients} clients x "
+                        f"{cfg.shards_per_client} shards exceeds the {len(labels)} training examples")
+    rng = np.random.default_rng([seed, 0x5A4D])
+    shuffled = rng.permutation(len(labels))
+    order = shuffled[np.argsort(labels[shuffled], kind="stable")]  # by label, random within a label
+    shards = np.array_split(order, num_shards)
+    assignment = rng.permutation(num_shards).reshape(cfg.num_clients, cfg.shards_per_client)
+    return [np.sort(np.concatenate([shards[s] for s in row])) for row in assignment]
+
+
+def lognormal_sizes(total: int, num_clients: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """Client sizes >= 1 summing to ``total``, proportional to ``exp(sigma * z)`` (largest remainder)."""
+    weights = np.exp(sigma * rng.standard_normal(num_clients))
+    spare = total - num_clients  # every client first gets one example
+    share = weights / weights.sum() * spare
+    sizes = np.floor(share).astype(np.int64)
+    remainder = spare - int(sizes.sum())
+    if remainder:
+        sizes[np.argsort(-(share - sizes), kind="stable")[:remainder]] += 1
+    return sizes + 1
+
+
+def partition_size_skew(task: TaskData, cfg: DataConfig, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng([seed, 0x512E])
+    sizes = lognormal_sizes(len(task.y_train), cfg.num_clients, cfg.size_sigma, rng)
+    order = rng.permutation(len(task.y_train))
+    return [np.sort(part) for part in np.split(order, np.cumsum(sizes)[:-1])]
+
+
 PARTITIONERS: dict[str, Partitioner] = {
     "iid": partition_iid,
     "dirichlet": partition_dirichlet,
     "natural": partition_natural,
+    "shards": partition_shards,
+    "size_skew": partition_size_skew,
 }
 
 
