@@ -1,6 +1,6 @@
 """The escape-rate experiment of ALGORITHMS-BASELINES.md section 4 (protocol RECONSTRUCTED there, 4.3).
 
-    python -m fedrun.experiments.escape_rate --config configs/escape_rate.yaml [--out DIR] [key=value ...]
+    python -m fedrun.experiments.escape_rate --config experiments/escape_rate.yaml [--out DIR] [key=value ...]
 
 Particles start in the local minimum l of F_k(x) = ST(sqrt(k) x) (Styblinski-Tang, d = 2 by default;
 coordinate 1 at u_l, the others at u_g). Each round s clients with the same objective run K local SGD
