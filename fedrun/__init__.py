@@ -1,14 +1,13 @@
 """fedrun: an HPC-native runtime for federated-learning research.
 
-``fedrun.run(config)`` is imported lazily, so that ``python -m fedrun`` can install its stop-signal
-handlers before torch is imported (a SIGUSR1 during start-up then still leads to a checkpoint).
+The package imports nothing heavy at first: ``fedrun.run`` and the config names are loaded on first
+use, so that ``python -m fedrun`` installs its stop-signal handlers before torch is imported (a SIGUSR1
+during start-up then still leads to a checkpoint), and ``fedrun.models`` imports with torch alone.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from fedrun.config import Config, ConfigError, load_config
 
 __version__ = "0.1.0"
 __all__ = ["Config", "ConfigError", "load_config", "run", "__version__"]
@@ -19,3 +18,11 @@ def run(*args: Any, **kwargs: Any) -> Any:
     from fedrun.api import run as _run
 
     return _run(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Config", "ConfigError", "load_config"):
+        from fedrun import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module 'fedrun' has no attribute {name!r}")
