@@ -59,17 +59,21 @@ def main() -> None:
     extra = ["--rounds", str(args.rounds)] if args.rounds else []
     rows = []
     for workload in args.workloads:
+        systems = [s for s in args.systems if Path(SYSTEMS[s][0]).exists()]
+        for missing in sorted(set(args.systems) - set(systems)):
+            print(f"skip {missing}: {SYSTEMS[missing][0]} missing (run bench/setup_peers.sh)", file=sys.stderr)
+        runs: dict[str, list[dict]] = {s: [] for s in systems}
+        for rep in range(args.reps):  # interleaved, so that a drift in machine load hits every system alike
+            for system in systems:
+                runs[system].append(run_once(system, workload, extra))
+                print(f"{workload} rep {rep + 1} {system}: {runs[system][-1]['s_per_round_median']:.4f} s/round",
+                      file=sys.stderr, flush=True)
         results = {}
-        for system in args.systems:
-            if not Path(SYSTEMS[system][0]).exists():
-                print(f"skip {system}: {SYSTEMS[system][0]} missing (run bench/setup_peers.sh)", file=sys.stderr)
-                continue
-            reps = [run_once(system, workload, extra) for _ in range(args.reps)]
+        for system, reps in runs.items():
             medians = [r["s_per_round_median"] for r in reps]
             results[system] = (statistics.median(medians), min(medians), max(medians),
                                statistics.median(r["final_accuracy"] for r in reps),
                                statistics.median(r["total_s"] for r in reps))
-            print(f"{workload} {system}: {results[system][0]:.4f} s/round", file=sys.stderr, flush=True)
         ref = results.get("fedrun-2", (float("nan"),))[0]
         for system, (med, lo, hi, acc, total) in results.items():
             rows.append(f"| {workload} | {system} | {med:.4f} | {lo:.4f}-{hi:.4f} | {med / ref:.2f} | "
