@@ -269,18 +269,19 @@ class Federation:
         are left out of the sums and their client state is left as it was before the round."""
         rows = torch.as_tensor(local_active, device=self.world.device)
         up, local, new_state = self.train_clients(local_active, self.clients(local_active, t), down, t, ctx)
-        finite = torch.stack([torch.isfinite(v.reshape(len(local_active), -1)).all(dim=1)
-                              for v in up.values()]).all(dim=0)
-        bad_rows = local_active[(~finite).cpu().numpy()]
-        loss = local.loss
-        if drop_nonfinite and len(bad_rows):
-            self.store.scatter(rows[finite], {name: value[finite] for name, value in new_state.items()})
-            up = {name: value[finite] for name, value in up.items()}
-            loss = loss[finite]
-        else:
-            self.store.scatter(rows, new_state)
         sums = {name: value.sum(dim=0) for name, value in up.items()}
-        return sums, loss.sum(), bad_rows
+        bad_rows = local_active[:0]
+        if not all(bool(torch.isfinite(value).all()) for value in sums.values()):
+            # a non-finite upload makes its sum non-finite: only then look at single clients
+            finite = torch.stack([torch.isfinite(v.reshape(len(local_active), -1)).all(dim=1)
+                                  for v in up.values()]).all(dim=0)
+            bad_rows = local_active[(~finite).cpu().numpy()]
+            if drop_nonfinite and len(bad_rows):
+                self.store.scatter(rows[finite], {name: value[finite] for name, value in new_state.items()})
+                sums = {name: value[finite].sum(dim=0) for name, value in up.items()}
+                return sums, local.loss[finite].sum(), bad_rows
+        self.store.scatter(rows, new_state)
+        return sums, local.loss.sum(), bad_rows
 
     def clients(self, local_rows: np.ndarray, t: int, staleness: Tensor | None = None) -> Clients:
         """What the rules may know about this rank's clients ``local_rows`` (block-relative) in round t."""
