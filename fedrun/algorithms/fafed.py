@@ -49,6 +49,7 @@ from fedrun.algorithms.base import (
     model_delta,
     rows,
 )
+from fedrun.algorithms.fedcada import average_model_and_moments
 from fedrun.config import require
 
 
@@ -183,8 +184,4 @@ class FAFED(Algorithm):
 
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
-        divisor = up["weight"] if self.hp.weighting == "data_size" else ctx.num_active
-        return {**server, "x": server["x"] + self.hp.global_lr * up["dx"] / divisor, "m": up["m"] / divisor,
-                "v": up["v"] / divisor, "rounds": server["rounds"] + 1}
+        return average_model_and_moments(server, up, ctx, self.hp.global_lr, self.hp.weighting)

@@ -101,6 +101,17 @@ class ClientAdam:
         return m_hat / (v_hat.sqrt() + self.eps), {"m": m, "v": v}
 
 
+def average_model_and_moments(server: dict[str, Tensor], up: dict[str, Tensor], ctx: RoundContext,
+                              global_lr: float, weighting: str) -> dict[str, Tensor]:
+    """x <- x + eta_g mean(dx_i); m, v <- mean(m_i), mean(v_i); count the round (FedCAda, FAFED).
+    An empty round changes nothing."""
+    if ctx.num_active == 0:
+        return server
+    divisor = up["weight"] if weighting == "data_size" else ctx.num_active
+    return {**server, "x": server["x"] + global_lr * up["dx"] / divisor, "m": up["m"] / divisor,
+            "v": up["v"] / divisor, "rounds": server["rounds"] + 1}
+
+
 class FedCAda(Algorithm):
     name = "fedcada"
     Hparams = FedCAdaHparams
@@ -134,8 +145,4 @@ class FedCAda(Algorithm):
 
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
-        divisor = up["weight"] if self.hp.weighting == "data_size" else ctx.num_active
-        return {**server, "x": server["x"] + self.hp.global_lr * up["dx"] / divisor, "m": up["m"] / divisor,
-                "v": up["v"] / divisor, "rounds": server["rounds"] + 1}
+        return average_model_and_moments(server, up, ctx, self.hp.global_lr, self.hp.weighting)
