@@ -368,9 +368,7 @@ def test_sweep_of_four_through_submitit_slurm_and_report(cluster, tmp_path):
     from fedrun.sweep.spec import load_sweep
     from fedrun.sweep.submit import submit_sweep
 
-    # the stand-in: this test is about the job array, skipping and the report; the real core goes
-    # through the same submission path in test_signal_requeue_resumes_to_same_model
-    t = Trainer("fake_train.py", FAKE, [])
+    t = trainer(resume=False)  # the real core: fedrun train under srun, 2 ranks per array element
     path = write_sweep(tmp_path, {"algorithm.name": ["fedavg", "fedsum"], "run.seed": [0, 1]},
                        {"run": {"rounds": 4}}, {"tasks": 2, "time_min": 3, "array_parallelism": 2},
                        command=t.command, overrides=t.overrides)
