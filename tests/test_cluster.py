@@ -30,10 +30,13 @@ from fedrun.sweep.spec import SweepError, expand_grid, load_sweep, run_name
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = [sys.executable, str(REPO / "tests" / "cluster" / "fake_train.py"), "train"]
-# a small real problem: least squares on 6 clients, float64 (bit-exact resume), no evaluation cost
+# a small real problem: least squares on 6 clients, float64 (bit-exact resume), no evaluation cost.
+# The strategy is fixed: the uninterrupted reference is a separate run, and `auto` picks by timing, so two
+# fresh runs may pick differently and differ in the last bits (README, "local.strategy").
 REAL_OVERRIDES = ["data.name=least_squares", "data.partition=natural", "data.num_clients=6",
                   "participation.clients_per_round=3", "model.name=linear", "run.dtype=float64",
-                  "local.batch_size=8", "local.steps=2", "eval.every=5", "run.device=cpu"]
+                  "local.batch_size=8", "local.steps=2", "local.strategy=sequential", "eval.every=5",
+                  "run.device=cpu"]
 
 
 def child_env() -> dict[str, str]:
