@@ -224,6 +224,9 @@ class AsyncConfig:
     class_ranges: list[list[float]] = field(default_factory=lambda: [[1.0, 2.0], [3.0, 5.0], [5.0, 8.0]])
     class_scale: float = 1.0  # s: class shares drawn from Dirichlet(3s, 2s, s), then one class per client
     constant_duration: float = 1.0  # durations: constant
+    # the official FADAS code's dispatch quirk (ALGORITHMS-BASELINES.md 1.4), off by default: from step 1 on,
+    # every newly dispatched client but the last drawn trains from x_{t-1}, its delta taken against x_t
+    replicate_dispatch_quirk: bool = False
 
     def check(self) -> None:
         require(self.buffer_size >= 1, "asynchrony.buffer_size", "an integer >= 1", self.buffer_size)

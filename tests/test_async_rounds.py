@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import LEAST_SQUARES, final_model, run_ranks
-from lsq import config, resolve, run_single, single_world
+from lsq import client_grads, config, resolve, run_single, single_world
 from test_resume import final_state, metrics, train_args
 
 from fedrun.federation.async_rounds import AsyncFederation
@@ -43,6 +43,32 @@ def test_staleness_is_logged_and_reaches_the_server_rule():
     assert clocks == sorted(clocks)
 
 
+def test_dispatch_quirk_starts_from_the_previous_model_and_takes_the_change_against_the_current():
+    """ALGORITHMS-BASELINES.md 1.4, the official code's quirk, with FedAvg (eta_g = 1) and K = 1 full-batch
+    step: a client dispatched with version t >= 1, other than the last one drawn, uploads
+    x_{t-1} - eta grad f_i(x_{t-1}) - x_t; x_{t+1} = x_t + the buffer's mean upload. Who trains and who
+    arrives, and the recorded staleness, are those of the clean run."""
+    lr, steps = 0.1, 14
+    common = ("fedavg", *ASYNC, "local.steps=1", f"local.lr={lr}")
+    fed = AsyncFederation(resolve(config(*common, "asynchrony.replicate_dispatch_quirk=true")), single_world(), None)
+    clean = AsyncFederation(resolve(config(*common)), single_world(), None)
+    xs, pending, stale_starts = [fed.server["x"].numpy().copy()], {}, 0
+    for t in range(steps):
+        x_t = xs[-1]
+        for i in np.flatnonzero(fed.start == t):
+            start = xs[-2] if t >= 1 and i != fed.last_drawn else x_t
+            stale_starts += start is not x_t
+            pending[i] = start - lr * client_grads(config(*common), start)[i] - x_t
+        buf = fed.buffer()
+        entry, clean_entry = fed.round(t), clean.round(t)
+        assert entry["clients"] == buf.tolist() == clean_entry["clients"]
+        assert entry["staleness"] == clean_entry["staleness"]
+        xs.append(x_t + np.mean([pending.pop(i) for i in buf], axis=0))
+        np.testing.assert_allclose(fed.server["x"].numpy(), xs[-1], rtol=0, atol=1e-12, err_msg=f"step {t}")
+    assert stale_starts >= steps - 1  # M - 1 = 1 stale start at every step t >= 1
+    assert not np.allclose(fed.server["x"].numpy(), clean.server["x"].numpy())
+
+
 def test_deterministic_in_seed():
     a = run_single(config("fadas", *ASYNC, "run.rounds=10"))
     b = run_single(config("fadas", *ASYNC, "run.rounds=10"))
@@ -54,7 +80,8 @@ def test_deterministic_in_seed():
 @pytest.mark.mpi
 @pytest.mark.parametrize("algo", [["algorithm.name=fadas", "algorithm.global_lr=0.01"],
                                   ["algorithm.name=fafed", "algorithm.persist_client_state=true"],
-                                  ["algorithm.name=scaffold"]])
+                                  ["algorithm.name=scaffold"],
+                                  ["algorithm.name=fedavg", "asynchrony.replicate_dispatch_quirk=true"]])
 def test_resume_in_the_middle_of_an_async_run_is_bit_identical(tmp_path, algo):
     extra = [*ASYNC, "checkpoint.every=1", *algo]
     run_ranks(2, train_args(tmp_path / "whole", 16, extra))

@@ -28,6 +28,12 @@ per-client vector per uploaded vector.
 
 Communication accounting per step: uplink = M uploads, downlink = the downlinks of the clients that
 started training this step.
+
+``asynchrony.replicate_dispatch_quirk`` (default off) reproduces the official FADAS code's dispatch
+(ALGORITHMS-BASELINES.md 1.4): at every step t >= 1, the clients dispatched with version t train from
+x_{t-1}, except the last one drawn, yet the client rule takes their change against x_t and their recorded
+staleness stays t - t_i^start. The previous model and the last drawn client are then part of the
+replicated scheduler state (and of checkpoints).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import torch
 from torch import Tensor
 
 from fedrun.algorithms.base import Declaration, RoundContext, Scalar
+from fedrun.checkpoint.files import CheckpointError
 from fedrun.config import ConfigError, ParticipationConfig
 from fedrun.federation.loop import Federation
 from fedrun.federation.participation import round_rng
@@ -72,6 +79,12 @@ class AsyncFederation(Federation):
             raise ConfigError(f"asynchrony.concurrency: expected at most the number of clients "
                               f"({self.num_clients}), got {a.concurrency}")
         self.buffer_size, self.concurrency = a.buffer_size, a.concurrency
+        self.quirk = a.replicate_dispatch_quirk
+        if self.quirk and "x" not in self.decl.down:
+            raise ConfigError(f"asynchrony.replicate_dispatch_quirk: algorithm {cfg.algorithm.name} sends no "
+                              "global model x down to start from")
+        self.previous_x: Tensor | None = None  # x_{t-1}, kept for the quirk only
+        self.last_drawn = -1  # the last client drawn by the latest dispatch (the quirk exempts it)
         # the algorithm's client entries plus one pending-upload row per uploaded entry (and its loss)
         self.algo_client = tuple(e.name for e in self.decl.client)
         pending = tuple(type(e)(PENDING + e.name) for e in (*self.decl.up, Scalar("loss")))
@@ -98,7 +111,9 @@ class AsyncFederation(Federation):
 
     def _dispatch(self, t: int, count: int) -> None:
         avail = np.flatnonzero(self.start < 0)
-        chosen = np.sort(avail[round_rng(self.cfg.run.seed, t).choice(len(avail), count, replace=False)])
+        drawn = avail[round_rng(self.cfg.run.seed, t).choice(len(avail), count, replace=False)]
+        self.last_drawn = int(drawn[-1])
+        chosen = np.sort(drawn)
         self.start[chosen] = t
         self.finish[chosen] = self.clock + self.durations(t, chosen)
 
@@ -109,12 +124,24 @@ class AsyncFederation(Federation):
         return np.sort(inflight[order[:self.buffer_size]])
 
     def runtime_state(self) -> dict[str, np.ndarray]:
-        return {"start": self.start.copy(), "finish": self.finish.copy(), "clock": np.float64(self.clock)}
+        state = {"start": self.start.copy(), "finish": self.finish.copy(), "clock": np.float64(self.clock)}
+        if self.quirk:
+            state["last_drawn"] = np.int64(self.last_drawn)
+            if self.previous_x is not None:
+                state["previous_x"] = self.previous_x.cpu().numpy()
+        return state
 
     def load_runtime_state(self, state: dict[str, np.ndarray]) -> None:
         self.start = np.asarray(state["start"], dtype=np.int64).copy()
         self.finish = np.asarray(state["finish"], dtype=np.float64).copy()
         self.clock = float(state["clock"])
+        if self.quirk:
+            if "last_drawn" not in state:
+                raise CheckpointError("checkpoint written without asynchrony.replicate_dispatch_quirk; resume "
+                                      "with the same setting")
+            self.last_drawn = int(state["last_drawn"])
+            if "previous_x" in state:
+                self.previous_x = torch.as_tensor(state["previous_x"], dtype=self.dtype, device=self.world.device)
 
     # ------------------------------------------------------------------------------------ one step
 
@@ -134,8 +161,16 @@ class AsyncFederation(Federation):
         # 1. clients dispatched with version t train now, from x_t; their uploads wait in the pending rows
         trainees = np.flatnonzero(self.start == t)
         local_train = trainees[(trainees >= first) & (trainees < stop)] - first
+        ctx = self._ctx(t, len(trainees))
+        if self.quirk and t >= 1:  # all but the last drawn start from x_{t-1}
+            stale = local_train + first != self.last_drawn
+            if stale.any():
+                self._train_pending(local_train[stale], down, t, ctx, {**down, "x": self.previous_x})
+            local_train = local_train[~stale]
         if len(local_train):
-            self._train_pending(local_train, down, t, self._ctx(t, len(trainees)))
+            self._train_pending(local_train, down, t, ctx)
+        if self.quirk:
+            self.previous_x = down["x"].clone()
         # 2. the buffer: M earliest finishers; their staleness
         buf = self.buffer()
         tau = t - self.start[buf]
@@ -178,12 +213,14 @@ class AsyncFederation(Federation):
         entry["wall_s"] = time.perf_counter() - wall
         return entry
 
-    def _train_pending(self, local_rows: np.ndarray, down: dict[str, Tensor], t: int, ctx: RoundContext) -> None:
-        """Train this rank's clients ``local_rows`` from ``down`` and park their uploads (same arithmetic as
-        a synchronous round's block)."""
+    def _train_pending(self, local_rows: np.ndarray, down: dict[str, Tensor], t: int, ctx: RoundContext,
+                       start_down: dict[str, Tensor] | None = None) -> None:
+        """Train this rank's clients ``local_rows`` from ``down`` (or ``start_down``) and park their uploads
+        (same arithmetic as a synchronous round's block)."""
         rows = torch.as_tensor(local_rows, device=self.world.device)
         staleness = torch.zeros(len(local_rows), dtype=torch.int64, device=self.world.device)
-        up, local, new_state = self.train_clients(local_rows, self.clients(local_rows, t, staleness), down, t, ctx)
+        up, local, new_state = self.train_clients(local_rows, self.clients(local_rows, t, staleness), down, t, ctx,
+                                                  start_down)
         self.store.scatter(rows, new_state)
         for name, value in {**up, "loss": local.loss}.items():
             target = self.store.tensors[PENDING + name]

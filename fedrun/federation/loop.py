@@ -297,14 +297,16 @@ class Federation:
         )
 
     def train_clients(self, local_rows: np.ndarray, clients: Clients, down: dict[str, Tensor], t: int,
-                      ctx: RoundContext) -> tuple[dict[str, Tensor], LocalResult, dict[str, Tensor]]:
+                      ctx: RoundContext, start_down: dict[str, Tensor] | None = None,
+                      ) -> tuple[dict[str, Tensor], LocalResult, dict[str, Tensor]]:
         """Local training of block clients ``local_rows`` from ``down``: the plan, the K steps, the
         client rule. Returns their uploads, the local result and their new state ``[C, ...]`` (the
-        caller stores it)."""
+        caller stores it). ``start_down``, when given, is what the local plan starts from instead of
+        ``down`` (the asynchronous mode's dispatch quirk); the client rule still sees ``down``."""
         cfg = self.cfg
         rows = torch.as_tensor(local_rows, device=self.world.device)
         state = self.store.gather(rows, [e.name for e in self.decl.client])
-        plan = self.algorithm.local_plan(down, state, clients, ctx)
+        plan = self.algorithm.local_plan(down if start_down is None else start_down, state, clients, ctx)
         batches = self.block.batches(local_rows, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps,
                                      cfg.local.epochs, cfg.local.shuffle)
         if self.strategy == "vmap":
