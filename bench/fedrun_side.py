@@ -1,6 +1,6 @@
 """fedrun on a benchmark workload, printing the same JSON result line as the other systems.
 
-    python bench/fedrun_side.py --workload W1 --ranks 2 [--strategy auto|sequential|vmap]
+    python bench/fedrun_side.py --workload W1 --ranks 2 [--strategy auto|sequential|channels_last|vmap]
 
 The workload's arrays go to fedrun as an ``arrays`` .npz (clients = the ``groups`` natural partition),
 the shared cohort schedule as a participation trace, batches in stored order (``local.shuffle=false``)
@@ -46,7 +46,7 @@ def prepare(wl: workloads.Workload, partition: str) -> tuple[Path, Path]:
 def main() -> None:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=1)
-    p.add_argument("--strategy", default="auto", choices=["auto", "sequential", "vmap"])
+    p.add_argument("--strategy", default="auto", choices=["auto", "sequential", "channels_last", "vmap"])
     args = p.parse_args()
     wl = workloads.get_workload(args.workload, **overrides(args))
     npz, trace = prepare(wl, args.partition)
@@ -69,8 +69,10 @@ def main() -> None:
     total = time.perf_counter() - start
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     accuracy = {r["round"] + 1: r["test_accuracy"] for r in records if "test_accuracy" in r}
+    runtime = json.loads((run_dir / "runtime.json").read_text())  # what auto chose
     print(result_line(f"fedrun-{args.ranks}rank", wl.name, args.partition, [r["wall_s"] for r in records], total,
-                      accuracy[max(accuracy)], accuracy, strategy=args.strategy))
+                      accuracy[max(accuracy)], accuracy, strategy=runtime["local_strategy"],
+                      placement=runtime["placement"]))
     shutil.rmtree(run_dir, ignore_errors=True)
 
 

@@ -40,6 +40,10 @@ class RunConfig:
     log_every: int = 1  # progress line every this many rounds (rank 0)
     # drop a client's non-finite (NaN/Inf) upload from its round instead of stopping the run
     skip_nonfinite_clients: bool = False
+    # which rank trains which client: "blocks" (each rank its contiguous block, the owner of its state),
+    # "work" (each round's participants split by work; algorithms without per-client state only, every
+    # rank holds all clients' data), "auto" (work when that applies on CPU with > 1 rank, else blocks)
+    placement: Literal["auto", "blocks", "work"] = "auto"
 
     def check(self) -> None:
         require(self.rounds >= 1, "run.rounds", "an integer >= 1", self.rounds)
@@ -138,7 +142,7 @@ class LocalConfig:
     weight_decay: float = 0.0
     grad_clip: float = 0.0  # clip each raw gradient to this L2 norm; 0 disables
     momentum: float = 0.0  # local heavy-ball momentum, reset every round
-    strategy: Literal["auto", "sequential", "vmap"] = "auto"
+    strategy: Literal["auto", "sequential", "channels_last", "vmap"] = "auto"
     shuffle: bool = True  # False: every epoch visits a client's examples in stored order (benchmarks)
 
     def check(self) -> None:

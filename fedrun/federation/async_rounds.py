@@ -71,8 +71,13 @@ class AsyncFederation(Federation):
     """A Federation whose ``round(t)`` is one buffered asynchronous server step."""
 
     def __init__(self, cfg, world, run_dir) -> None:
-        # the participation section is not used: the scheduler below decides who trains
-        cfg = dataclasses.replace(cfg, participation=ParticipationConfig(pattern="full"))
+        # the participation section is not used: the scheduler below decides who trains; in-flight uploads
+        # are per-client rows on their owner rank, so clients stay in their blocks
+        if cfg.run.placement == "work":
+            raise ConfigError("run.placement=work: the asynchronous mode keeps in-flight uploads on the clients' "
+                              "owner ranks; expected blocks or auto")
+        cfg = dataclasses.replace(cfg, participation=ParticipationConfig(pattern="full"),
+                                  run=dataclasses.replace(cfg.run, placement="blocks"))
         super().__init__(cfg, world, run_dir)
         a = cfg.asynchrony
         if a.concurrency > self.num_clients:

@@ -1,4 +1,5 @@
-"""Contiguous client blocks per rank, balanced by example count."""
+"""Which rank trains which client: contiguous blocks balanced by example count (the owner of a
+client's state), or, for algorithms without per-client state, each round's participants split by work."""
 
 from __future__ import annotations
 
@@ -25,3 +26,28 @@ def assign_blocks(num_examples: np.ndarray, ranks: int) -> list[tuple[int, int]]
         starts[r] = max(starts[r], starts[r - 1] + 1)
     bounds = list(starts) + [n]
     return [(int(bounds[r]), int(bounds[r + 1])) for r in range(ranks)]
+
+
+def round_work(num_examples: np.ndarray, batch_size: int, steps: int, epochs: int | None) -> np.ndarray:
+    """Examples each client processes in one round, the unit of work: K min(B, n_i) local steps of a
+    fixed count, or epochs * n_i."""
+    if epochs is not None:
+        return epochs * num_examples
+    return steps * np.minimum(batch_size, num_examples)
+
+
+def split_by_work(ids: np.ndarray, work: np.ndarray, ranks: int) -> list[np.ndarray]:
+    """The round's participants ``ids`` (with their ``work``) split over ``ranks`` so that the ranks finish
+    together: largest work first, each to the least loaded rank (ties: lower rank; equal work: lower id).
+    Deterministic, so every rank computes the same split; each share is sorted by id."""
+    order = np.lexsort((ids, -work))
+    owner = np.empty(len(ids), dtype=np.int64)
+    if len(ids) and work.min() == work.max():  # equal work: the greedy rule deals round-robin
+        owner[order] = np.arange(len(ids)) % ranks
+    else:
+        load = np.zeros(ranks, dtype=np.int64)
+        for i in order:
+            r = int(np.argmin(load))
+            owner[i] = r
+            load[r] += work[i]
+    return [np.sort(ids[owner == r]) for r in range(ranks)]

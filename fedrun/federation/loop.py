@@ -34,7 +34,7 @@ from fedrun.data.client_block import ClientBlock
 from fedrun.data.partition import partition
 from fedrun.errors import NumericalError, RunInterrupted
 from fedrun.federation import snapshot
-from fedrun.federation.blocks import assign_blocks
+from fedrun.federation.blocks import assign_blocks, round_work, split_by_work
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.participation import make_participation
 from fedrun.metrics.log import MetricsLog, Progress
@@ -45,11 +45,11 @@ from fedrun.runtime.world import World
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.evaluate import evaluate_shard
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import sequential_oracle, vmap_oracle
+from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.losses import loss_for
 from fedrun.training.schedule import local_lr
-from fedrun.training.strategy import time_strategies
+from fedrun.training.strategy import applicable_strategies, check_strategy, time_strategies
 
 # runtime entries appended to the algorithm's uplink: training-loss sum, number of non-finite uploads,
 # stop signals, and one slot per rank for (smallest client id with a non-finite upload) + 1, 0 if none
@@ -82,7 +82,16 @@ class Federation:
         sizes = np.array([len(p) for p in parts], dtype=np.int64)
         self.total_examples = float(sizes.sum())
         self.blocks = assign_blocks(sizes, world.size)
-        self.first, stop = self.blocks[world.rank]
+        self.algorithm: Algorithm = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams)
+        self.decl: Declaration = self.algorithm.declare()
+        if "x" not in self.decl.down:
+            raise ValueError(f"algorithm {cfg.algorithm.name}: the downlink must contain 'x'")
+        self.placement = self._placement()
+        if self.placement == "work":  # every rank can train every client: its block is all of them
+            self.first, stop = 0, self.num_clients
+            self.work = round_work(sizes, cfg.local.batch_size, cfg.local.steps, cfg.local.epochs)
+        else:
+            self.first, stop = self.blocks[world.rank]
         self.block = ClientBlock(task, parts[self.first:stop], self.first, world.device, self.dtype)
 
         torch.manual_seed(seed)
@@ -100,10 +109,6 @@ class Federation:
         self.test_x = _to_device(task.x_test[test_rows], world.device, self.dtype)
         self.test_y = _to_device(task.y_test[test_rows], world.device, self.dtype)
 
-        self.algorithm: Algorithm = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams)
-        self.decl: Declaration = self.algorithm.declare()
-        if "x" not in self.decl.down:
-            raise ValueError(f"algorithm {cfg.algorithm.name}: the downlink must contain 'x'")
         self.store = ClientStore(self.decl.client, self.block.num_clients, x0)
         self.server = init_server(self.decl.server, x0) if world.is_root else {}
         down_entries = self.decl.down_entries()
@@ -142,23 +147,41 @@ class Federation:
     def _numel(self, entry: Any) -> int:
         return 1 if isinstance(entry, Scalar) else self.dim
 
+    def _placement(self) -> str:
+        """``run.placement`` resolved: ``work`` needs an algorithm without per-client state (that state lives
+        on its owner rank); ``auto`` takes it on CPU with more than one rank (on a GPU every rank would
+        hold all clients' data in device memory)."""
+        requested, stateful = self.cfg.run.placement, bool(self.decl.client)
+        if requested == "work" and stateful:
+            names = ", ".join(e.name for e in self.decl.client)
+            raise ConfigError(f"run.placement=work: algorithm {self.cfg.algorithm.name} keeps per-client state "
+                              f"({names}) on its owner rank; expected blocks or auto")
+        if requested == "auto":
+            return "work" if not stateful and self.world.size > 1 and self.world.device.type == "cpu" else "blocks"
+        return requested
+
+    def local_participants(self, active: np.ndarray) -> np.ndarray:
+        """This rank's share of the round's participants (bool [N]), as block rows."""
+        if self.placement == "work":
+            ids = np.flatnonzero(active)
+            return split_by_work(ids, self.work[ids], self.world.size)[self.world.rank]
+        first, stop = self.blocks[self.world.rank]
+        return np.flatnonzero(active[first:stop])
+
     def _choose_strategy(self, x0: Tensor) -> tuple[str, dict[str, float]]:
         """``local.strategy``, or for ``auto`` the fastest on rank 0's timing (the same on every rank)."""
         requested = self.cfg.local.strategy
-        if requested == "vmap" and self.random_model:
-            raise ConfigError(f"local.strategy=vmap: model {self.cfg.model.name} uses dropout, whose "
-                             "per-client random streams need local.strategy=sequential")
+        check_strategy(requested, self.model, self.block, self.random_model, self.cfg.model.name)
         if requested != "auto":
             return requested, {}
-        if self.random_model:
-            return "sequential", {}
         timings: dict[str, float] = {}
         if self.world.is_root:
             cohort = self.cfg.participation.clients_per_round
             if self.cfg.participation.pattern == "full":
                 cohort = self.num_clients
             timings = time_strategies(self.model, self.loss_fn, self.block, x0, self.cfg.local,
-                                      -(-cohort // self.world.size), self.cfg.run.seed)
+                                      -(-cohort // self.world.size), self.cfg.run.seed,
+                                      applicable_strategies(self.model, self.block, self.random_model))
         timings = self.world.broadcast_object(timings)
         return min(timings, key=timings.get), timings
 
@@ -179,8 +202,7 @@ class Federation:
         down = self.down_layout.unpack(self.down_buf, self.down_scalars)
         down = {k: v for k, v in down.items() if not k.startswith("_")}
         # 3. local training of this rank's participants, uploads summed into one buffer
-        first, stop = self.blocks[world.rank]
-        local_active = np.flatnonzero(active[first:stop])
+        local_active = self.local_participants(active)
         skip = cfg.run.skip_nonfinite_clients
         sums, loss_sum, bad_rows = None, None, np.zeros(0, dtype=np.int64)
         if len(local_active):
@@ -309,13 +331,9 @@ class Federation:
         plan = self.algorithm.local_plan(down if start_down is None else start_down, state, clients, ctx)
         batches = self.block.batches(local_rows, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps,
                                      cfg.local.epochs, cfg.local.shuffle)
-        if self.strategy == "vmap":
-            oracle = vmap_oracle(self.model, self.loss_fn, self.block, batches)
-        else:
-            oracle = sequential_oracle(self.model, self.loss_fn, self.block, batches, local_rows + self.first,
-                                       cfg.run.seed, t, reseed=self.random_model)
-        local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local,
-                          group_size=None if self.strategy == "vmap" else 1)
+        oracle, group_size = local_oracle(self.strategy, self.model, self.loss_fn, self.block, batches,
+                                          local_rows + self.first, cfg.run.seed, t, reseed=self.random_model)
+        local = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local, group_size=group_size)
         up, new_state = self.algorithm.client_finish(down, state, local, clients, ctx)
         return up, local, new_state
 
@@ -417,15 +435,16 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
 
 
 class RuntimeLog:
-    """``runtime.json`` in the run directory: ranks, device, blocks, the local strategy and its timings,
-    checkpoint write times and sizes, and every rank's peak resident memory at the end."""
+    """``runtime.json`` in the run directory: ranks, device, placement and blocks, the local strategy and its
+    timings, checkpoint write times and sizes, and every rank's peak resident memory at the end."""
 
     def __init__(self, fed: Federation, run_dir: Path | None, resume_s: float | None) -> None:
         self.fed, self.world = fed, fed.world
         self.path = None if run_dir is None or not fed.world.is_root else run_dir / "runtime.json"
         self.data: dict[str, Any] = {
             "ranks": fed.world.size, "device": str(fed.world.device), "backend": fed.world.backend,
-            "blocks": fed.blocks, "dim": fed.dim, "client_state_bytes_per_rank": fed.store.nbytes,
+            "placement": fed.placement, "blocks": fed.blocks, "dim": fed.dim,
+            "client_state_bytes_per_rank": fed.store.nbytes,
             "local_strategy": fed.strategy, "strategy_timings_s": fed.strategy_timings,
             "start_round": fed.start_round, "resume_read_s": resume_s, "checkpoints": [],
         }

@@ -5,6 +5,10 @@ The runtime communicates and stores models as flat vectors ``x`` of dimension d,
 parameter, so ``torch.func.functional_call`` evaluates the model at ``x`` without copying it, and
 autograd returns the gradient as one flat vector. Buffers (none in the shipped models except
 ``resnet18_bn``) stay in the module and are not part of x.
+
+``FlatModel(module, channels_last=True)`` (the ``channels_last`` local strategy) evaluates gradients
+with images and convolution kernels in NHWC memory order, which CPU and GPU convolution kernels often
+run faster; x itself keeps the NCHW order, so checkpoints and collectives do not depend on it.
 """
 
 from __future__ import annotations
@@ -17,12 +21,18 @@ from torch.func import functional_call
 
 
 class FlatModel:
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, channels_last: bool = False) -> None:
         self.module = module
+        self.channels_last = channels_last
         self.names = [n for n, _ in module.named_parameters()]
         self.shapes = [tuple(p.shape) for _, p in module.named_parameters()]
         self.sizes = [math.prod(s) for s in self.shapes]
         self.dim = sum(self.sizes)
+
+    @property
+    def has_conv_kernels(self) -> bool:
+        """Whether any parameter is a 4-D (2-D convolution) kernel, which ``channels_last`` reorders."""
+        return any(len(s) == 4 for s in self.shapes)
 
     def initial_vector(self, dtype: torch.dtype, device: torch.device) -> Tensor:
         """The module's current (seeded) parameters as one flat vector."""
@@ -45,18 +55,24 @@ class FlatModel:
 
         The module's parameters are pointed at slices of ``x`` (no copy) and ``backward`` runs on the
         module itself, the cost of a plain PyTorch training step (autograd through views of one flat
-        leaf would add a d-sized accumulation per parameter).
+        leaf would add a d-sized accumulation per parameter). With ``channels_last`` the 4-D kernels
+        are NHWC copies of their slices (small next to the activations) and the inputs are NHWC.
         """
         params = list(self.module.parameters())
         offset = 0
         for p, shape, size in zip(params, self.shapes, self.sizes, strict=True):
-            p.data = x[offset:offset + size].view(shape)
+            view = x[offset:offset + size].view(shape)
+            if self.channels_last and len(shape) == 4:
+                view = view.contiguous(memory_format=torch.channels_last)
+            p.data = view
             p.grad = None
             offset += size
+        if self.channels_last and inputs.dim() == 4:
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
         value = loss_fn(self.module(inputs), targets).mean()
         value.backward()
         offset = 0
-        for p, size in zip(params, self.sizes, strict=True):
-            out[offset:offset + size].copy_(p.grad.reshape(-1))
+        for p, shape, size in zip(params, self.shapes, self.sizes, strict=True):
+            out[offset:offset + size].view(shape).copy_(p.grad)  # any grad layout, one pass
             offset += size
         return value.detach()

@@ -1,12 +1,17 @@
 """Gradient oracles: minibatch gradients of a group of clients at their points, ``g, loss = oracle(x, rows, k)``.
 
-Two strategies compute the same arithmetic:
+Three strategies compute the same arithmetic (up to the order of floating-point sums):
 
-* ``sequential``: one client after another (functional_call + autograd.grad on a flat view), the
-  cost model of a plain PyTorch loop; required for models that draw random numbers (dropout),
-  whose generator is re-seeded from (seed, round, client, step) before every client's step.
+* ``sequential``: one client after another (the module's own backward on views of x), the cost
+  model of a plain PyTorch loop; models that draw random numbers (dropout) re-seed their generator
+  from (seed, round, client, step) before every client's step.
+* ``channels_last``: ``sequential`` with images and convolution kernels in NHWC memory order (CNNs only).
 * ``vmap``: the whole block in one batched call (torch.func.vmap of grad over the client dimension),
   which turns C small models into one batched kernel; padded slots are masked out of the loss.
+  Not for models that draw random numbers.
+
+``local_oracle(strategy, ...)`` builds the oracle of a strategy and the client group size its solver
+uses (all clients at once for vmap, one at a time otherwise).
 """
 
 from __future__ import annotations
@@ -59,3 +64,15 @@ def vmap_oracle(model: FlatModel, loss_fn: LossFn, block: ClientBlock, batches: 
         return batched(x, block.x[idx], block.y[idx], batches.mask[rows, k])
 
     return oracle
+
+
+def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, block: ClientBlock, batches: Batches,
+                 client_ids: np.ndarray, seed: int, round_: int, reseed: bool) -> tuple[Oracle, int | None]:
+    """The oracle of ``strategy`` for these clients' ``batches`` of round ``round_``, and its group size."""
+    if strategy == "vmap":
+        return vmap_oracle(model, loss_fn, block, batches), None
+    if strategy == "channels_last":
+        model = FlatModel(model.module, channels_last=True)
+    elif strategy != "sequential":
+        raise ValueError(f"unknown local strategy {strategy!r}")
+    return sequential_oracle(model, loss_fn, block, batches, client_ids, seed, round_, reseed), 1

@@ -1,0 +1,68 @@
+"""Local-training strategies (fedrun.training.strategy, gradients): sequential, channels_last and vmap
+compute the same training, `auto` times the applicable ones, and forcing one that does not apply is a
+one-line config error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from lsq import federation, single_world
+
+import fedrun
+from fedrun.config import ConfigError
+
+CNN = {"run": {"rounds": 2, "dtype": "float64", "seed": 3, "device": "cpu"},
+       "data": {"name": "synthetic", "num_clients": 4, "partition": "iid",
+                "synthetic": {"shape": [3, 32, 32], "examples_per_client": 12}},
+       "model": {"name": "cnn_cifar10"},
+       "local": {"steps": 3, "batch_size": 4, "lr": 0.05},
+       "participation": {"pattern": "full"}, "eval": {"every": 0}}
+
+
+MNIST_SHAPE = {**CNN["data"], "synthetic": {"shape": [1, 28, 28], "examples_per_client": 12}}
+
+
+def with_sections(base: dict, **sections) -> dict:
+    cfg = {k: dict(v) for k, v in base.items()}
+    for section, values in sections.items():
+        cfg[section] = {**cfg.get(section, {}), **values}
+    return cfg
+
+
+def run(base: dict, **sections) -> fedrun.api.RunResult:
+    return fedrun.run(with_sections(base, **sections), world=single_world(), write_files=False)
+
+
+@pytest.mark.parametrize("model", ["cnn_cifar10", "cnn_mnist"])
+def test_channels_last_and_vmap_train_like_the_plain_loop(model):
+    """float64: the memory order only changes the order of sums, so the models agree to ~1e-12; cnn_mnist
+    draws dropout masks, which channels_last must draw from the same per-client streams."""
+    base = with_sections(CNN, model={"name": model}, data=MNIST_SHAPE if model == "cnn_mnist" else {})
+    plain = run(base, local={"strategy": "sequential"})
+    init = run(base, local={"strategy": "sequential", "lr": 0.0})
+    others = ["channels_last"] if model == "cnn_mnist" else ["channels_last", "vmap"]
+    for strategy in others:
+        x = run(base, local={"strategy": strategy}).x
+        np.testing.assert_allclose(x, plain.x, rtol=0, atol=1e-10, err_msg=strategy)
+    assert np.abs(plain.x - init.x).max() > 1e-3  # training moved the model
+
+
+def test_auto_times_the_applicable_strategies_and_keeps_the_fastest():
+    cnn = federation(CNN)
+    assert set(cnn.strategy_timings) == {"sequential", "channels_last", "vmap"}
+    assert cnn.strategy == min(cnn.strategy_timings, key=cnn.strategy_timings.get)
+    dropout = federation(with_sections(CNN, model={"name": "cnn_mnist"}, data=MNIST_SHAPE))
+    assert set(dropout.strategy_timings) == {"sequential", "channels_last"}  # no vmap with dropout
+    flat = federation(with_sections(CNN, model={"name": "logistic"}))
+    assert set(flat.strategy_timings) == {"sequential", "vmap"}  # no kernels to reorder
+
+
+@pytest.mark.parametrize("model,strategy,needle", [
+    ("logistic", "channels_last", "local.strategy=channels_last: model logistic has no 2-D convolution"),
+    ("cnn_mnist", "vmap", "local.strategy=vmap: model cnn_mnist uses dropout"),
+])
+def test_a_forced_strategy_that_does_not_apply_is_refused(model, strategy, needle):
+    cfg = with_sections(CNN, model={"name": model}, local={"strategy": strategy},
+                        data=MNIST_SHAPE if model == "cnn_mnist" else {})
+    with pytest.raises(ConfigError, match=needle):
+        federation(cfg)
