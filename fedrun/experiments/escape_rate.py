@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,10 +127,11 @@ def start_point(cfg: EscapeConfig, k: float) -> np.ndarray:
     return u / math.sqrt(k)
 
 
-def first_passage(cfg: EscapeConfig, optimizers: list[str] | None = None,
-                  sigma2: float | None = None) -> dict[str, np.ndarray]:
+def first_passage(cfg: EscapeConfig, optimizers: list[str] | None = None, sigma2: float | None = None,
+                  progress: bool = False) -> dict[str, np.ndarray]:
     """Escape round per (optimizer, k, particle): the round t (0-based) after whose server step
-    sqrt(k) x_1 < u_s; ``max_rounds`` if censored, -1 if diverged. Same noise draws for every optimizer."""
+    sqrt(k) x_1 < u_s; ``max_rounds`` if censored, -1 if diverged. Same noise draws for every optimizer.
+    With ``progress``, a line on stderr every 5% of ``max_rounds``."""
     optimizers = optimizers or cfg.optimizers
     sig2 = sigma2_for(cfg) if sigma2 is None else sigma2
     ks = np.asarray(cfg.ks, dtype=np.float64)
@@ -145,9 +147,14 @@ def first_passage(cfg: EscapeConfig, optimizers: list[str] | None = None,
     rng = np.random.default_rng(cfg.seed)
     u_s = U_S / np.sqrt(ks)[:, None]
     bound = 5 / np.sqrt(ks)[:, None, None]
+    every = max(1, cfg.max_rounds // 20)
     for t in range(cfg.max_rounds):
         if not any(a.any() for a in alive.values()):
             break
+        if progress and t % every == 0:
+            left = sum(int(a.sum()) for a in alive.values())
+            print(f"escape rate: round {t}/{cfg.max_rounds}, {left} of {len(alive) * n_k * p} particles still "
+                  "in the well", file=sys.stderr, flush=True)
         xi = rng.standard_normal((cfg.local_steps, n_k, p, c, d))  # shared by all optimizers
         for o in optimizers:
             if not alive[o].any():
@@ -199,9 +206,9 @@ def fit_exponent(ks: np.ndarray, values: np.ndarray) -> dict[str, float]:
     return out
 
 
-def run(cfg: EscapeConfig, out: Path | None = None) -> dict[str, dict]:
+def run(cfg: EscapeConfig, out: Path | None = None, progress: bool = False) -> dict[str, dict]:
     ks = np.asarray(cfg.ks, dtype=np.float64)
-    hits = first_passage(cfg)
+    hits = first_passage(cfg, progress=progress)
     results: dict[str, dict] = {}
     for o in cfg.optimizers:
         rows = [rate(hits[o][i], cfg.max_rounds, cfg.burn_in) for i in range(len(ks))]
@@ -268,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="runs/escape_rate")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
-    run(load(args.config, args.overrides), Path(args.out))
+    run(load(args.config, args.overrides), Path(args.out), progress=True)
 
 
 if __name__ == "__main__":
