@@ -66,7 +66,9 @@ def main() -> None:
         for rep in range(args.reps):  # interleaved, so that a drift in machine load hits every system alike
             for system in systems:
                 runs[system].append(run_once(system, workload, extra))
-                print(f"{workload} rep {rep + 1} {system}: {runs[system][-1]['s_per_round_median']:.4f} s/round",
+                rec = runs[system][-1]
+                chosen = f" ({rec['strategy']}, placement {rec['placement']})" if "strategy" in rec else ""
+                print(f"{workload} rep {rep + 1} {system}: {rec['s_per_round_median']:.4f} s/round{chosen}",
                       file=sys.stderr, flush=True)
         results = {}
         for system, reps in runs.items():

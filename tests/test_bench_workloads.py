@@ -103,3 +103,17 @@ def test_bare_loop_two_rounds_w2():
     for key in ("s_per_round_median", "s_per_round_min", "s_per_round_max", "total_s"):
         assert isinstance(rec[key], float) and rec[key] >= 0
     assert rec["s_per_round_min"] <= rec["s_per_round_median"] <= rec["s_per_round_max"]
+
+
+def test_gpu_check_script_runs_on_cpu(tmp_path):
+    """bench/gpu.py is what a lent GPU machine runs in one call: its --quick CPU form must work here."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(repo / "bench" / "gpu.py"), "--device", "cpu", "--quick", "--out",
+                    str(tmp_path)], check=True, capture_output=True, text=True, timeout=300)
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    assert report["collectives"]["backend"] == "gloo" and report["collectives"]["unchanged"]
+    assert {"sequential", "channels_last"} <= set(report["strategies"][1]["timings_s"])  # cnn_svhn
+    assert [r["strategy"] for r in report["w1_resnet18"]] == ["sequential", "channels_last", "vmap"]
+    assert "| W1 model | strategy |" in (tmp_path / "gpu.md").read_text()
