@@ -107,3 +107,20 @@ def test_one_and_two_ranks_agree(tmp_path, algo, mode):
     args = [*LEAST_SQUARES, "run.rounds=8", "local.steps=3", "local.lr=0.02", "participation.pattern=uniform",
             "participation.clients_per_round=3", *algo, *mode]
     np.testing.assert_allclose(final_model(2, tmp_path, args), final_model(1, tmp_path, args), rtol=1e-10, atol=1e-12)
+
+
+def test_resuming_with_the_other_dispatch_quirk_setting_is_refused(tmp_path):
+    """The quirk's scheduler state (x_{t-1}, the last drawn client) is not in a checkpoint written without
+    it: resuming with the switch on is a one-line checkpoint error, and the checkpoint stays as it was."""
+    import fedrun
+    from fedrun.checkpoint.files import CheckpointError
+
+    cfg = config("fedavg", *ASYNC, "run.rounds=4", "checkpoint.every=2", f"run.dir={tmp_path}")
+    fedrun.run(cfg, world=single_world())
+    ckpts = sorted(tmp_path.glob("ckpt_*.h5"))
+    before = {p: p.read_bytes() for p in ckpts}
+    quirk = config("fedavg", *ASYNC, "run.rounds=6", "checkpoint.every=2", f"run.dir={tmp_path}",
+                   "asynchrony.replicate_dispatch_quirk=true")
+    with pytest.raises(CheckpointError, match=r"ckpt_\d+\.h5: checkpoint written without asynchrony\.replicate"):
+        fedrun.run(quirk, world=single_world(), resume="auto")
+    assert {p: p.read_bytes() for p in ckpts} == before

@@ -149,7 +149,10 @@ def restore(fed: Federation, path: Path) -> int:
         fed.delay.load_state_dict({n: ckpt.read(f"history/{n}") for n in ckpt.names("history")})
         fed.strategy = str(ckpt.read("runtime/strategy"))
         if "runtime_state" in ckpt.names():
-            fed.load_runtime_state({n: ckpt.read(f"runtime_state/{n}") for n in ckpt.names("runtime_state")})
+            try:
+                fed.load_runtime_state({n: ckpt.read(f"runtime_state/{n}") for n in ckpt.names("runtime_state")})
+            except CheckpointError as err:  # the runtime's own state does not fit this run's config
+                raise CheckpointError(f"{path}: {err}") from None
         records = [json.loads(line) for line in ckpt.read("metrics/jsonl").splitlines() if line.strip()]
         next_round = int(meta["round"])
     if fed.world.is_root:
