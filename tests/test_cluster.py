@@ -407,6 +407,16 @@ def job_log(job) -> str:
                    if Path(str(p)).exists())
 
 
+def result_after_one_requeue(job, t0: float, timings: dict, marker: str) -> dict:
+    """Wait for the requeued job's result; its log must show ``marker`` and exactly two starts."""
+    result = job.result()
+    timings["total_s"] = round(time.time() - t0, 1)
+    log = job_log(job)
+    timings["starts"] = log.count("Loading pickle")
+    assert marker in log and timings["starts"] == 2, log[-3000:]
+    return result
+
+
 def start_reference(tmp_path: Path, t: Trainer, rounds: int):
     """Start the same run, uninterrupted, on 2 ranks with mpiexec (alongside the Slurm job); the
     returned function waits for it and gives its final server/x."""
@@ -449,11 +459,7 @@ def test_time_limit_requeue_resumes_to_same_model(cluster, tmp_path):
         time.sleep(0.5)
     timings["requeued_after_s"] = round(time.time() - t0, 1)
     subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "TimeLimit=5"], check=True, timeout=30)
-    result = job.result()
-    timings["total_s"] = round(time.time() - t0, 1)
-    log = job_log(job)
-    timings["starts"] = log.count("Loading pickle")
-    assert "this job is timed-out" in log and timings["starts"] == 2, log[-3000:]
+    result = result_after_one_requeue(job, t0, timings, "this job is timed-out")
     rows = t.rows(run.dir)
     assert [r["round"] for r in rows] == list(range(1, rounds + 1)) and result["round"] == rounds
     np.testing.assert_array_equal(final_x(run.dir), start_reference(tmp_path, t, rounds)())
@@ -478,11 +484,7 @@ def test_signal_requeue_resumes_to_same_model(cluster, tmp_path):
         time.sleep(0.2)
     timings = {"signal_at_s": round(time.time() - t0, 1)}
     subprocess.run(["scancel", "--signal=USR1", job.job_id], check=True, timeout=30)
-    result = job.result()
-    timings["total_s"] = round(time.time() - t0, 1)
-    log = job_log(job)
-    timings["starts"] = log.count("Loading pickle")
-    assert "Requeued job" in log and timings["starts"] == 2, log[-3000:]
+    result = result_after_one_requeue(job, t0, timings, "Requeued job")
     rows = t.rows(run.dir)
     assert len(rows) == rounds and result["round"] == rows[-1]["round"]
     np.testing.assert_array_equal(final_x(run.dir), reference())

@@ -84,10 +84,7 @@ class AsyncFederation(Federation):
             raise ConfigError(f"asynchrony.concurrency: expected at most the number of clients "
                               f"({self.num_clients}), got {a.concurrency}")
         self.buffer_size, self.concurrency = a.buffer_size, a.concurrency
-        self.quirk = a.replicate_dispatch_quirk
-        if self.quirk and "x" not in self.decl.down:
-            raise ConfigError(f"asynchrony.replicate_dispatch_quirk: algorithm {cfg.algorithm.name} sends no "
-                              "global model x down to start from")
+        self.quirk = a.replicate_dispatch_quirk  # every downlink holds x (Federation checks it)
         self.previous_x: Tensor | None = None  # x_{t-1}, kept for the quirk only
         self.last_drawn = -1  # the last client drawn by the latest dispatch (the quirk exempts it)
         # the algorithm's client entries plus one pending-upload row per uploaded entry (and its loss)
