@@ -1,13 +1,40 @@
-"""Exit statuses and one-line error messages shared by the CLI and the API.
+"""The ground floor: every error type, the exit statuses and the validation helper. Imports nothing of fedrun.
 
 Exit status: 0 success; 1 runtime failure (one line naming the rank and cause); 2 bad input (config,
 data file, checkpoint); 3 numerical failure (NaN/Inf; the last checkpoint is kept); 75 stopped by
 SIGTERM/SIGUSR1 after writing a checkpoint (the scheduler may requeue the job).
+
+Every message is meant to be read as one line: it names the field or file and what was expected.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NUMERICAL, EXIT_REQUEUE = 0, 1, 2, 3, 75
+
+
+class _OneLine:
+    """Mixin: line breaks in the message (for instance from a wrapped library error) become spaces."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))  # type: ignore[call-arg]
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and what was expected."""
+
+
+class DataError(_OneLine, ValueError):
+    """A dataset file or directory is missing, corrupt or not in the expected format.
+
+    The message names the file (or the expected paths) and what was expected, so that a user can fix
+    the data root without reading a traceback.
+    """
+
+
+class CheckpointError(_OneLine, Exception):
+    """Any problem writing, opening, reading or verifying a checkpoint."""
 
 
 class NumericalError(RuntimeError):
@@ -30,10 +57,6 @@ class RunInterrupted(Exception):
 
 
 def exit_code(exc: BaseException) -> int:
-    from fedrun.checkpoint import CheckpointError
-    from fedrun.config import ConfigError
-    from fedrun.data.errors import DataError
-
     if isinstance(exc, RunInterrupted):
         return EXIT_REQUEUE
     if isinstance(exc, (ConfigError, DataError, CheckpointError)):
@@ -46,3 +69,9 @@ def exit_code(exc: BaseException) -> int:
 def one_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
+
+
+def require(ok: bool, name: str, expected: str, got: Any) -> None:
+    """Raise ``ConfigError("name: expected ..., got ...")`` unless ``ok``; used by every ``check``."""
+    if not ok:
+        raise ConfigError(f"{name}: expected {expected}, got {got!r}")

@@ -1,4 +1,4 @@
-"""The algorithm interface: declared state plus pure tensor rules (ARCHITECTURE.md, seam 1).
+"""The algorithm interface: declared state plus pure tensor rules.
 
 An algorithm never sees a rank, a file or a communicator. It declares
 
@@ -23,141 +23,24 @@ broadcast layouts, checkpoint contents and communication accounting.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar
 
 from torch import Tensor
 
-Init = Literal["zeros", "model"] | float
+from fedrun.protocol import (
+    Clients,
+    Declaration,
+    Entry,
+    LocalOptimizer,
+    LocalPlan,
+    LocalResult,
+    RoundContext,
+    Scalar,
+    Vector,
+)
 
-
-@dataclass(frozen=True)
-class Vector:
-    """A model-sized entry ``[d]`` (server) or ``[C, d]`` (client, upload)."""
-
-    name: str
-    init: Init = "zeros"  # "model": the initial global model x^(0)
-
-
-@dataclass(frozen=True)
-class Scalar:
-    """One number (server) or one number per client ``[C]`` (client, upload)."""
-
-    name: str
-    init: float = 0.0
-
-
-Entry = Vector | Scalar
-
-
-@dataclass(frozen=True)
-class Declaration:
-    server: tuple[Entry, ...]
-    client: tuple[Entry, ...] = ()
-    down: tuple[str, ...] = ("x",)
-    up: tuple[Entry, ...] = ()
-
-    def __post_init__(self) -> None:
-        server_names = [e.name for e in self.server]
-        if "x" not in server_names:
-            raise ValueError("an algorithm's server state must contain the global model 'x'")
-        for name in self.down:
-            if name not in server_names:
-                raise ValueError(f"downlink entry {name!r} is not a server entry")
-        for group in (self.server, self.client, self.up):
-            names = [e.name for e in group]
-            if len(set(names)) != len(names):
-                raise ValueError(f"duplicate entry names in {names}")
-
-    def floats(self, entries: tuple[Entry, ...] | list[Entry], dim: int) -> int:
-        """Number of floats in one copy of ``entries`` for a model of dimension ``dim``."""
-        return sum(dim if isinstance(e, Vector) else 1 for e in entries)
-
-    def down_entries(self) -> list[Entry]:
-        by_name = {e.name: e for e in self.server}
-        return [by_name[n] for n in self.down]
-
-
-@dataclass
-class AMSGrad:
-    """Local AMSGrad (FAdamGC, ALGORITHMS.md section 5): moments of the corrected gradient."""
-
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-
-
-class LocalRule(Protocol):
-    """A custom local optimizer (FedCAda's client Adam, FAFED's STORM). The step contract of ``run_local``:
-
-    * ``init(x, state)``: ``x`` [C, d] the starting points, ``state`` the plan's ``optimizer_state``
-      (or None); returns the rule's state, a dict of ``[C, ...]`` tensors;
-    * for every local step ``k``: ``u`` is the processed gradient at the current point ``x`` (clipped,
-      plus the plan's correction and weight decay), ``grad_at(point)`` returns the processed gradient at
-      another ``[C, d]`` point ON THE SAME MINIBATCH k (one more oracle call each time it is called);
-      ``step(k, x, u, state, grad_at)`` returns ``(direction, new_state)`` and the runtime moves
-      ``x <- x - lr * lr_scale * direction``. Clients without step k (epochs mode) keep x and state.
-    * the final state is returned in ``LocalResult.optimizer_state``.
-    """
-
-    def init(self, x: Tensor, state: dict[str, Tensor] | None) -> dict[str, Tensor]: ...
-
-    def step(self, k: int, x: Tensor, u: Tensor, state: dict[str, Tensor],
-             grad_at: Callable[[Tensor], Tensor]) -> tuple[Tensor, dict[str, Tensor]]: ...
-
-
-@dataclass
-class LocalPlan:
-    """What a block of C participating clients does locally this round (ALGORITHMS.md 0.3).
-
-    Each step k: ``g`` raw minibatch gradient (clipped if configured), direction
-    ``g + correction`` (+ weight decay), optimizer step scaled by ``lr * lr_scale``.
-    """
-
-    start: Tensor  # [C, d] starting points (may be a broadcast view: the solver works on a copy)
-    correction: Tensor | None = None  # [C, d] added to every raw gradient
-    lr_scale: float | Tensor = 1.0  # FedSUM's 1/N; a [C] tensor scales each client's steps separately
-    move: bool = True  # False: K gradients at the starting point (FedSUM-B)
-    optimizer: Literal["sgd"] | AMSGrad | LocalRule = "sgd"
-    optimizer_state: dict[str, Tensor] | None = None  # persisted local optimizer state, [C, d] each
-    steps: int | None = None  # run only the first ``steps`` local steps this round (None: all K)
-
-
-@dataclass
-class LocalResult:
-    x_end: Tensor  # [C, d]
-    grad_mean: Tensor  # [C, d] mean of the RAW minibatch gradients over the local steps
-    loss: Tensor  # [C] mean minibatch loss over the local steps
-    optimizer_state: dict[str, Tensor] = field(default_factory=dict)  # final state of AMSGrad
-
-
-@dataclass
-class Clients:
-    """What the rules may know about the clients they act on (all tensors ``[C]``)."""
-
-    ids: Tensor  # global client ids
-    num_examples: Tensor  # n_i (float, run dtype)
-    participations: Tensor  # rounds in which the client took part before this one
-    last_active: Tensor  # last round it took part in before this one, -1 if never
-    probability: Tensor | None = None  # known participation probability p_i^t, when the pattern has one
-    staleness: Tensor | None = None  # asynchronous mode: server steps since the client's start model
-
-
-@dataclass
-class RoundContext:
-    round: int  # t, 0-based
-    lr: float  # eta_l(t)
-    num_clients: int  # N
-    num_active: int  # |S_t| (all ranks)
-    local_steps: int  # K (nominal)
-    dim: int  # d
-    total_examples: float = 0.0  # sum_j n_j over all N clients (data-size weights p_i = n_i / total)
-    total_rounds: int = 0  # T (run.rounds): for schedules defined relative to the run length
-    # asynchronous mode (fedrun.federation.async_rounds): staleness tau_i = t - t_i^start of each update
-    # the server rule receives this step, in client-id order; None (and 0) in synchronous rounds
-    staleness: Tensor | None = None
-    max_staleness: int = 0
+__all__ = ["Algorithm", "Clients", "Declaration", "Entry", "LocalOptimizer", "LocalPlan", "LocalResult",
+           "RoundContext", "Scalar", "Vector", "model_delta", "rows"]
 
 
 class Algorithm:

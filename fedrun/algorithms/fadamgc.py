@@ -24,14 +24,15 @@ An empty round leaves the server state unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
 from torch import Tensor
 
 from fedrun.algorithms.base import (
     Algorithm,
-    AMSGrad,
     Clients,
     Declaration,
     LocalPlan,
@@ -40,9 +41,36 @@ from fedrun.algorithms.base import (
     Vector,
     model_delta,
 )
-from fedrun.config import require
+from fedrun.errors import require
 
 MOMENTS = ("m", "v", "vhat")
+
+
+@dataclass(frozen=True)
+class AMSGrad:
+    """Local AMSGrad on the corrected gradient u (a :class:`fedrun.protocol.LocalOptimizer`):
+
+        m <- b1 m + (1 - b1) u ;  v <- b2 v + (1 - b2) u^2 ;  vhat <- max(vhat, v)
+        direction = m / (sqrt(vhat) + eps)
+
+    The moments start from the plan's state when it is persisted, else from zeros."""
+
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def init(self, x: Tensor, state: dict[str, Tensor] | None) -> dict[str, Tensor]:
+        state = {key: value.clone() for key, value in (state or {}).items()}
+        for key in MOMENTS:
+            state.setdefault(key, torch.zeros_like(x))
+        return state
+
+    def step(self, k: int, x: Tensor, u: Tensor, state: dict[str, Tensor],
+             grad_at: Callable[[Tensor], Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        m = self.beta1 * state["m"] + (1 - self.beta1) * u
+        v = self.beta2 * state["v"] + (1 - self.beta2) * u * u
+        vhat = torch.maximum(state["vhat"], v)
+        return m / (vhat.sqrt() + self.eps), {"m": m, "v": v, "vhat": vhat}
 
 
 @dataclass

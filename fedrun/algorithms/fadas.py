@@ -31,7 +31,7 @@ from torch import Tensor
 
 from fedrun.algorithms.base import Entry, RoundContext, Scalar, Vector
 from fedrun.algorithms.fedopt import ServerOptimizer
-from fedrun.config import require
+from fedrun.errors import require
 
 
 @dataclass

@@ -50,7 +50,7 @@ from fedrun.algorithms.base import (
     rows,
 )
 from fedrun.algorithms.fedcada import average_model_and_moments
-from fedrun.config import require
+from fedrun.errors import require
 
 
 @dataclass
@@ -87,7 +87,7 @@ def adaptive_matrix(vbar: Tensor, rho: float) -> Tensor:
 
 @dataclass
 class Storm:
-    """FAFED's local step as a local rule (base.LocalRule): two gradients per step on the same minibatch."""
+    """FAFED's local step as a local rule (a fedrun.protocol.LocalOptimizer): two gradients per step on the same minibatch."""
 
     a: Tensor  # [d] or [C, d], frozen for the whole round
     alpha: float

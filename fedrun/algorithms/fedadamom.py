@@ -28,7 +28,7 @@ from fedrun.algorithms.base import (
     Vector,
     model_delta,
 )
-from fedrun.config import require
+from fedrun.errors import require
 
 
 @dataclass

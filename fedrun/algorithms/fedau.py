@@ -33,7 +33,7 @@ from fedrun.algorithms.base import (
     model_delta,
     rows,
 )
-from fedrun.config import require
+from fedrun.errors import require
 
 
 @dataclass

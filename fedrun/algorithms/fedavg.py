@@ -25,7 +25,7 @@ from fedrun.algorithms.base import (
     model_delta,
     rows,
 )
-from fedrun.config import require
+from fedrun.errors import require
 
 
 @dataclass

@@ -35,7 +35,7 @@ from fedrun.algorithms.base import (
     Vector,
     rows,
 )
-from fedrun.config import require
+from fedrun.errors import require
 
 
 @dataclass

@@ -38,7 +38,7 @@ from fedrun.algorithms.base import (
     model_delta,
     rows,
 )
-from fedrun.config import require
+from fedrun.errors import require
 
 
 @dataclass
@@ -78,7 +78,7 @@ def adjustment(hp: FedCAdaHparams, n: int, total_rounds: int) -> float:
 
 @dataclass
 class ClientAdam:
-    """The client Adam of FedCAda as a local rule (base.LocalRule): moments warm-started from the server."""
+    """The client Adam of FedCAda as a local rule (a fedrun.protocol.LocalOptimizer): moments warm-started from the server."""
 
     beta1: float
     beta2: float

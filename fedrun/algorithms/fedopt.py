@@ -40,7 +40,7 @@ from fedrun.algorithms.base import (
     model_delta,
     rows,
 )
-from fedrun.config import require
+from fedrun.errors import require
 
 Weighting = Literal["uniform", "data_size"]
 

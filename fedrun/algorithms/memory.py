@@ -31,7 +31,7 @@ from fedrun.algorithms.base import (
     Vector,
     model_delta,
 )
-from fedrun.config import require
+from fedrun.errors import require
 
 Form = Literal["code", "paper"]
 

@@ -13,15 +13,10 @@ import re
 import warnings
 from pathlib import Path
 
+from fedrun.errors import CheckpointError
+
 _FINAL = re.compile(r"^ckpt_(\d{8,})\.h5$")
 _TMP = re.compile(r"^\.ckpt_\d{8,}\.h5\.tmp$")
-
-
-class CheckpointError(Exception):
-    """Any problem writing, opening, reading or verifying a checkpoint; the message is one line."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
 
 
 def checkpoint_name(round: int) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from fedrun.config import DataConfig
 from fedrun.data.builtin import load_arrays, load_least_squares, load_mnist5k, load_synthetic
 from fedrun.data.dataset import TaskData
-from fedrun.data.errors import DataError
+from fedrun.errors import DataError
 from fedrun.data.sources import DATASETS, load_dataset
 
 BUILTIN: dict[str, Callable[[DataConfig, int], TaskData]] = {

@@ -22,7 +22,7 @@ import numpy as np
 
 from fedrun.config import DataConfig
 from fedrun.data.dataset import TaskData
-from fedrun.data.errors import DataError
+from fedrun.errors import DataError
 
 MNIST5K_SPLIT_SEED = 20251130  # the held-out split of mnist5k does not change with the run seed
 

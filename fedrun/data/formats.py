@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrun.data.errors import DataError
+from fedrun.errors import DataError
 
 PathLike = str | Path
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedrun.config import DataConfig
 from fedrun.data.dataset import TaskData
-from fedrun.data.errors import DataError
+from fedrun.errors import DataError
 
 Partitioner = Callable[[TaskData, DataConfig, int], list[np.ndarray]]
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from fedrun.data import formats
 from fedrun.data.dataset import TaskData
-from fedrun.data.errors import DataError
+from fedrun.errors import DataError
 
 #: Where Debian's ``dataset-fashion-mnist`` package puts the four gzipped IDX files.
 DEBIAN_FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")

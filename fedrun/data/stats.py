@@ -15,7 +15,7 @@ import numpy as np
 
 from fedrun.config import Config
 from fedrun.data.dataset import TaskData
-from fedrun.data.errors import DataError
+from fedrun.errors import DataError
 
 
 def label_counts(task: TaskData, parts: list[np.ndarray]) -> np.ndarray:

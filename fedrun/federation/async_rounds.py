@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from fedrun.algorithms.base import Declaration, RoundContext, Scalar
-from fedrun.checkpoint.files import CheckpointError
+from fedrun.errors import CheckpointError
 from fedrun.config import ConfigError, ParticipationConfig
 from fedrun.federation.loop import Federation
 from fedrun.federation.participation import round_rng

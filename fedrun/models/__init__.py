@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from fedrun.errors import ConfigError
 from fedrun.models.cnn import MnistCNN, cifar10_cnn, svhn_cnn
 from fedrun.models.leaf import CharLSTM, FemnistCNN
 from fedrun.models.linear import LinearNoBias, Logistic
@@ -34,7 +35,7 @@ MODELS: dict[str, ModelFactory] = {
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """Instantiate model ``name`` for inputs of ``input_shape`` (without the batch dimension)."""
     if name not in MODELS:
-        raise KeyError(f"unknown model {name!r} (known: {', '.join(sorted(MODELS))})")
+        raise ConfigError(f"model.name: expected one of {', '.join(sorted(MODELS))}, got {name!r}")
     return MODELS[name](tuple(input_shape), num_classes)
 
 

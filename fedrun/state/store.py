@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fedrun.algorithms.base import Entry, Vector
+from fedrun.protocol import Entry, Vector
 
 
 def initial_value(entry: Entry, x0: Tensor) -> Tensor:

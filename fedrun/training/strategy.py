@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from fedrun.algorithms.base import LocalPlan
+from fedrun.protocol import LocalPlan
 from fedrun.config import ConfigError, LocalConfig
 from fedrun.data.client_block import ClientBlock
 from fedrun.training.flat_model import FlatModel
