@@ -64,8 +64,8 @@ def cmd_participation(args: argparse.Namespace) -> int:
 
 def cmd_data(args: argparse.Namespace) -> int:
     from fedrun.config import load_config
-    from fedrun.errors import DataError
     from fedrun.data.stats import describe_data, format_partition_stats, save_partition_png
+    from fedrun.errors import DataError
 
     cfg = load_config(args.config, args.overrides)
     stats, _, counts = describe_data(cfg)

@@ -87,7 +87,7 @@ def adaptive_matrix(vbar: Tensor, rho: float) -> Tensor:
 
 @dataclass
 class Storm:
-    """FAFED's local step as a local rule (a fedrun.protocol.LocalOptimizer): two gradients per step on the same minibatch."""
+    """FAFED's local step (a fedrun.protocol.LocalOptimizer): two gradients per step on the same minibatch."""
 
     a: Tensor  # [d] or [C, d], frozen for the whole round
     alpha: float

@@ -78,7 +78,7 @@ def adjustment(hp: FedCAdaHparams, n: int, total_rounds: int) -> float:
 
 @dataclass
 class ClientAdam:
-    """The client Adam of FedCAda as a local rule (a fedrun.protocol.LocalOptimizer): moments warm-started from the server."""
+    """FedCAda's client Adam (a fedrun.protocol.LocalOptimizer): moments warm-started from the server."""
 
     beta1: float
     beta2: float

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from fedrun.config import DataConfig
 from fedrun.data.builtin import load_arrays, load_least_squares, load_mnist5k, load_synthetic
 from fedrun.data.dataset import TaskData
-from fedrun.errors import DataError
 from fedrun.data.sources import DATASETS, load_dataset
+from fedrun.errors import DataError
 
 BUILTIN: dict[str, Callable[[DataConfig, int], TaskData]] = {
     "mnist5k": load_mnist5k,

@@ -47,8 +47,8 @@ import torch
 from torch import Tensor
 
 from fedrun.algorithms.base import Declaration, RoundContext, Scalar
-from fedrun.errors import CheckpointError
 from fedrun.config import ConfigError, ParticipationConfig
+from fedrun.errors import CheckpointError
 from fedrun.federation.loop import Federation
 from fedrun.federation.participation import round_rng
 from fedrun.state.store import ClientStore

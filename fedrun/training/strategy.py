@@ -15,9 +15,9 @@ import time
 import numpy as np
 import torch
 
-from fedrun.protocol import LocalPlan
 from fedrun.config import ConfigError, LocalConfig
 from fedrun.data.client_block import ClientBlock
+from fedrun.protocol import LocalPlan
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
