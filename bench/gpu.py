@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from fedrun.api import run as fedrun_run  # noqa: E402
 from fedrun.config import load_config  # noqa: E402
-from fedrun.federation.loop import Federation  # noqa: E402
+from fedrun.federation.build import build  # noqa: E402
 from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root  # noqa: E402
 from fedrun.runtime.world import World  # noqa: E402
 
@@ -82,10 +82,10 @@ def strategy_timings(device: torch.device, quick: bool) -> list[dict]:
             f"data.num_clients={4 if quick else 16}", "data.partition=iid", f"model.name={name}",
             "local.batch_size=32", "local.steps=2", "participation.pattern=full", "eval.every=0",
             f"run.device={device.type}", "run.rounds=1"])
-        fed = Federation(cfg, World(rank=0, size=1, local_rank=0, device=device, backend="none"), None)
-        timings = {k: round(v, 4) for k, v in fed.strategy_timings.items()}
-        out.append({"model": name, "dim": fed.dim, "timings_s": timings, "chosen": fed.strategy})
-        print(f"strategies {name}: {timings} -> {fed.strategy}", flush=True)
+        setup, state = build(cfg, World(rank=0, size=1, local_rank=0, device=device, backend="none"), None)
+        timings = {k: round(v, 4) for k, v in setup.strategy_timings.items()}
+        out.append({"model": name, "dim": setup.dim, "timings_s": timings, "chosen": state.strategy})
+        print(f"strategies {name}: {timings} -> {state.strategy}", flush=True)
     return out
 
 

@@ -1,4 +1,4 @@
-"""The float64 least-squares task of ALGORITHMS.md section 7, for algorithm tests.
+"""The float64 least-squares task of the algorithm tests (docs/algorithms.md, "Verification").
 
 f_i(x) = 1/(2m) ||A_i x - b_i||^2 with N = 6 clients, d = 5, m = 8 rows each; full-batch, hence
 deterministic, gradients (local.batch_size = m). Everything runs in this process, without MPI.
@@ -20,7 +20,7 @@ The problem (all arrays numpy float64, built exactly as the runtime loads the da
 Running:
 
 * ``bernoulli_trace(rounds, p, seed)``: bool [rounds, N], i.i.d. Bernoulli(p_i) (empty rounds possible);
-* ``federation(cfg, trace=None)``: a single-process ``Federation`` to step round by round with
+* ``federation(cfg, trace=None)``: a single-process :class:`Sim` to step round by round with
   ``fed.round(t)`` (server state in ``fed.server``, client state in ``fed.store.tensors``); with a
   ``trace`` its participation replays it (``fedrun.federation.participation.Trace``);
 * ``run_rounds(fed, rounds, each=None)``: step rounds 0..rounds-1, calling ``each(fed, t)`` after each;
@@ -45,8 +45,10 @@ import torch
 
 from fedrun.config import Config, apply_override, config_from_dict
 from fedrun.data.builtin import load_least_squares
-from fedrun.federation.loop import Federation
+from fedrun.federation.build import build
 from fedrun.federation.participation import Trace
+from fedrun.federation.rounds import run_round
+from fedrun.federation.schedule import Synchronous
 from fedrun.runtime.world import World
 from fedrun.training.schedule import local_lr
 
@@ -122,16 +124,57 @@ def single_world() -> World:
     return World(rank=0, size=1, local_rank=0, device=torch.device("cpu"), backend="none")
 
 
-def federation(cfg: dict[str, Any] | Config, trace: np.ndarray | None = None) -> Federation:
-    """A single-process Federation; with ``trace`` (bool [T, N]) S_t is row t of it."""
+class Sim:
+    """A single-process run to step round by round: the built :class:`Setup` and its :class:`RunState`,
+    with the names the tests read (``server``, ``store``, ``delay``, ``global_model()``, ``round(t)``)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.setup, self.state = build(cfg, single_world(), None)
+        self.cfg, self.algorithm, self.decl = cfg, self.setup.algorithm, self.setup.decl
+        self.up_floats, self.down_floats = self.setup.exchange.up_floats, self.setup.exchange.down_floats
+
+    @property
+    def server(self) -> dict[str, torch.Tensor]:
+        return self.state.server
+
+    @property
+    def store(self):
+        return self.state.clients
+
+    @property
+    def delay(self):
+        return self.state.delay
+
+    @property
+    def schedule(self):
+        return self.state.schedule
+
+    def round(self, t: int) -> dict[str, Any]:
+        entry = run_round(self.setup, self.state, t)
+        self.state.metrics.append(entry)
+        return entry
+
+    def global_model(self) -> torch.Tensor:
+        return self.setup.exchange.global_model()
+
+    def downlink(self) -> dict[str, torch.Tensor]:
+        return self.setup.exchange.downlink()
+
+    def publish(self) -> None:
+        """Re-pack the downlink the clients read next round from the server state."""
+        self.setup.exchange.publish(self.state.server)
+
+
+def federation(cfg: dict[str, Any] | Config, trace: np.ndarray | None = None) -> Sim:
+    """A single-process run; with ``trace`` (bool [T, N]) S_t is row t of it."""
     c = resolve(cfg)
-    fed = Federation(c, single_world(), None)
+    fed = Sim(c)
     if trace is not None:
-        fed.participation = Trace(c.data.num_clients, c.run.seed, trace)
+        fed.state.schedule = Synchronous(Trace(c.data.num_clients, c.run.seed, trace))
     return fed
 
 
-def run_rounds(fed: Federation, rounds: int, each: Callable[[Federation, int], Any] | None = None) -> np.ndarray:
+def run_rounds(fed: Sim, rounds: int, each: Callable[[Sim, int], Any] | None = None) -> np.ndarray:
     """Step rounds 0..rounds-1 (calling ``each(fed, t)`` after each one); return the final global model."""
     for t in range(rounds):
         fed.round(t)
@@ -140,7 +183,7 @@ def run_rounds(fed: Federation, rounds: int, each: Callable[[Federation, int], A
     return fed.global_model().numpy().copy()
 
 
-def per_round(fed: Federation, rounds: int, read: Callable[[Federation], Any] | None = None) -> list[Any]:
+def per_round(fed: Sim, rounds: int, read: Callable[[Sim], Any] | None = None) -> list[Any]:
     """``read(fed)`` after each of rounds 0..rounds-1 (default: a copy of the global model)."""
     read = read or (lambda f: f.global_model().numpy().copy())
     out = []
@@ -148,11 +191,11 @@ def per_round(fed: Federation, rounds: int, read: Callable[[Federation], Any] | 
     return out
 
 
-def set_server(fed: Federation, **values: Any) -> None:
+def set_server(fed: Sim, **values: Any) -> None:
     """Overwrite server entries and re-pack the downlink the clients read next round."""
     for name, value in values.items():
-        fed.server[name] = torch.as_tensor(value, dtype=fed.dtype).clone()
-    fed.pack_downlink()
+        fed.server[name] = torch.as_tensor(value, dtype=fed.setup.dtype).clone()
+    fed.publish()
 
 
 def run_single(cfg: dict[str, Any] | Config):
@@ -162,12 +205,12 @@ def run_single(cfg: dict[str, Any] | Config):
     return fedrun.run(cfg, world=single_world(), write_files=False)
 
 
-def assert_tracks_clients(fed: Federation, rounds: int, server: str, client: str, reduce: str = "mean",
+def assert_tracks_clients(fed: Sim, rounds: int, server: str, client: str, reduce: str = "mean",
                           atol: float = 1e-12) -> None:
     """Step rounds 0..rounds-1; after each, ``fed.server[server]`` equals ``fed.store.tensors[client]`` summed
     (``reduce="sum"``) or averaged (``"mean"``) over all N clients, to ``atol`` (idle clients included)."""
 
-    def check(fed: Federation, t: int) -> None:
+    def check(fed: Sim, t: int) -> None:
         rows = fed.store.tensors[client]
         want = rows.sum(dim=0) if reduce == "sum" else rows.mean(dim=0)
         torch.testing.assert_close(fed.server[server], want, rtol=0, atol=atol, msg=lambda m: f"round {t}: {m}")

@@ -1,15 +1,13 @@
-"""Buffered asynchronous rounds (fedrun.federation.async_rounds; ALGORITHMS-BASELINES.md 1.4) and the
-rank independence of the new algorithms."""
+"""Buffered asynchronous rounds (fedrun.federation.schedule.Buffered) and the rank independence of the
+asynchronous algorithms."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from conftest import LEAST_SQUARES, final_model, run_ranks
-from lsq import client_grads, config, resolve, run_single, single_world
+from lsq import client_grads, config, federation, run_single, single_world
 from test_resume import final_state, metrics, train_args
-
-from fedrun.federation.async_rounds import AsyncFederation
 
 ASYNC = ["asynchrony.enabled=true", "asynchrony.buffer_size=2", "asynchrony.concurrency=4"]
 
@@ -26,7 +24,7 @@ def test_equal_durations_and_m_equal_cohort_is_the_synchronous_run(algo):
 
 
 def test_staleness_is_logged_and_reaches_the_server_rule():
-    fed = AsyncFederation(resolve(config("fadas", *ASYNC)), single_world(), None)
+    fed = federation(config("fadas", *ASYNC))
     seen = []
     rule = fed.algorithm.server_update
 
@@ -44,22 +42,22 @@ def test_staleness_is_logged_and_reaches_the_server_rule():
 
 
 def test_dispatch_quirk_starts_from_the_previous_model_and_takes_the_change_against_the_current():
-    """ALGORITHMS-BASELINES.md 1.4, the official code's quirk, with FedAvg (eta_g = 1) and K = 1 full-batch
-    step: a client dispatched with version t >= 1, other than the last one drawn, uploads
-    x_{t-1} - eta grad f_i(x_{t-1}) - x_t; x_{t+1} = x_t + the buffer's mean upload. Who trains and who
+    """The official FADAS code's dispatch quirk (docs/algorithms/fadas_fedcada_fafed_async.md), with FedAvg
+    (eta_g = 1) and K = 1 full-batch step: a client dispatched with version t >= 1, other than the last one
+    drawn, uploads x_{t-1} - eta grad f_i(x_{t-1}) - x_t; x_{t+1} = x_t + the buffer's mean upload. Who trains and who
     arrives, and the recorded staleness, are those of the clean run."""
     lr, steps = 0.1, 14
     common = ("fedavg", *ASYNC, "local.steps=1", f"local.lr={lr}")
-    fed = AsyncFederation(resolve(config(*common, "asynchrony.replicate_dispatch_quirk=true")), single_world(), None)
-    clean = AsyncFederation(resolve(config(*common)), single_world(), None)
+    fed = federation(config(*common, "asynchrony.replicate_dispatch_quirk=true"))
+    clean = federation(config(*common))
     xs, pending, stale_starts = [fed.server["x"].numpy().copy()], {}, 0
     for t in range(steps):
         x_t = xs[-1]
-        for i in np.flatnonzero(fed.start == t):
-            start = xs[-2] if t >= 1 and i != fed.last_drawn else x_t
+        for i in np.flatnonzero(fed.schedule.start_version == t):
+            start = xs[-2] if t >= 1 and i != fed.schedule.last_drawn else x_t
             stale_starts += start is not x_t
             pending[i] = start - lr * client_grads(config(*common), start)[i] - x_t
-        buf = fed.buffer()
+        buf = fed.schedule.buffer()
         entry, clean_entry = fed.round(t), clean.round(t)
         assert entry["clients"] == buf.tolist() == clean_entry["clients"]
         assert entry["staleness"] == clean_entry["staleness"]

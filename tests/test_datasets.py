@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from fedrun.data import formats, sources
-from fedrun.data.errors import DataError
 from fedrun.data.sources import load_dataset
+from fedrun.errors import DataError
 
 # ------------------------------------------------------------------------------------------- helpers
 

@@ -86,7 +86,7 @@ def test_p_c5_clients_are_stateless():
         a.round(t)
         b.round(t)
     set_server(b, **{k: v.numpy() for k, v in a.server.items()})
-    b.participation = a.participation
+    b.state.schedule = a.state.schedule
     a.round(3)
     b.round(3)
     for k in a.server:

@@ -107,8 +107,7 @@ def test_cr_inversion_recovers_average_memory(form):
     for t in range(20):
         lr = local_lr(fed.cfg.local, t)
         x_t = fed.global_model().clone()
-        down = {k: v.clone() for k, v in fed.down_layout.unpack(fed.down_buf, fed.down_scalars).items()
-                if not k.startswith("_")}
+        down = fed.downlink()
         state = {k: v.clone() for k, v in fed.store.tensors.items()}
         clients, ctx = _clients_and_ctx(fed, t, lr)
         correction = algo.local_plan(down, state, clients, ctx).correction

@@ -1,4 +1,4 @@
-"""Which rank trains which client (fedrun.federation.blocks, Federation.local_participants): contiguous
+"""Which rank trains which client (fedrun.federation.blocks, rounds.local_rows): contiguous
 blocks, or each round's participants split by work so that the ranks finish together."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ import json
 import numpy as np
 import pytest
 from conftest import LEAST_SQUARES, REPO, final_models, run_ranks
-from lsq import config, federation, resolve, single_world
+from lsq import config, federation
 
 from fedrun.config import ConfigError
-from fedrun.federation.async_rounds import AsyncFederation
 from fedrun.federation.blocks import round_work, split_by_work
 
 
@@ -47,9 +46,9 @@ def test_placement_work_is_refused_for_per_client_state_and_the_asynchronous_mod
     with pytest.raises(ConfigError, match=r"run.placement=work: algorithm scaffold keeps per-client state \(c_i\)"):
         federation(config("scaffold", "run.placement=work"))
     with pytest.raises(ConfigError, match="run.placement=work: the asynchronous mode"):
-        AsyncFederation(resolve(config("fedavg", "run.placement=work", "asynchrony.enabled=true",
-                                       "asynchrony.buffer_size=2", "asynchrony.concurrency=3")), single_world(), None)
-    assert federation(config("fedavg")).placement == "blocks"  # one rank: nothing to balance
+        federation(config("fedavg", "run.placement=work", "asynchrony.enabled=true", "asynchrony.buffer_size=2",
+                          "asynchrony.concurrency=3"))
+    assert federation(config("fedavg")).setup.placement == "blocks"  # one rank: nothing to balance
 
 
 @pytest.mark.mpi

@@ -39,7 +39,7 @@ from .files import (
     temporary_name,
 )
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: schedule/ replaces participation/ and runtime_state/
 META_NAMES = ("round", "config", "format_version", "algorithm", "num_clients", "dim", "created")
 # HDF5 1.10 file format: checksummed metadata, large attributes; any HDF5 >= 1.10 (2016) reads it.
 _LIBVER = ("v110", "v110")

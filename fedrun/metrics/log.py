@@ -11,31 +11,25 @@ from typing import Any, TextIO
 
 
 class MetricsLog:
-    """Appends one JSON object per round to ``<run_dir>/metrics.jsonl`` and keeps them in memory."""
+    """``<run_dir>/metrics.jsonl``: one JSON object per round, kept equal to the run's records.
+
+    The file is rewritten at the first :meth:`sync`, not before: a run that fails to start leaves an
+    earlier run's metrics.jsonl alone; later syncs append the new records."""
 
     def __init__(self, run_dir: Path | None) -> None:
         self.path = None if run_dir is None else run_dir / "metrics.jsonl"
-        self.records: list[dict[str, Any]] = []
-        self._synced = False  # the file is (re)written at the first record, not before: a run that fails
-        # to start leaves an earlier run's metrics.jsonl alone
+        self._written: int | None = None  # records in the file, None before the first sync
 
-    def reset(self, records: list[dict[str, Any]]) -> None:
-        """Continue from ``records`` (a checkpoint's): the file is rewritten to match them exactly."""
-        self.records = list(records)
-        self._sync()
-
-    def _sync(self) -> None:
-        if self.path is not None:
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
-        self._synced = True
-
-    def record(self, entry: dict[str, Any]) -> None:
-        self.records.append(entry)
-        if not self._synced:
-            self._sync()
-        elif self.path is not None:
+    def sync(self, records: list[dict[str, Any]]) -> None:
+        """Make the file hold exactly ``records`` (a resumed run's checkpoint records, then one more per round)."""
+        if self.path is None:
+            return
+        if self._written is None or self._written > len(records):
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        else:
             with self.path.open("a") as fh:
-                fh.write(json.dumps(entry) + "\n")
+                fh.writelines(json.dumps(r) + "\n" for r in records[self._written:])
+        self._written = len(records)
 
 
 class Progress:

@@ -1,0 +1,191 @@
+"""Build a run once: everything a rank holds that no round changes (:class:`Setup`), and the initial
+:class:`RunState`, which the rounds advance and a checkpoint saves.
+
+Construction, in order (the order fixes the random streams, so it is part of the behaviour): the data
+and its partition into N clients, the client blocks of the ranks, the algorithm's declaration, the
+placement and this rank's client data, the model and x^(0) (``torch.manual_seed(run.seed)`` first),
+the test shard, the client store and server state, the flat layouts and the first downlink broadcast,
+the schedule, and the local-training strategy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedrun.algorithms import get_algorithm
+from fedrun.algorithms.base import Algorithm
+from fedrun.config import Config
+from fedrun.data import load_task
+from fedrun.data.builtin import least_squares_x0
+from fedrun.data.client_block import ClientBlock
+from fedrun.data.partition import partition
+from fedrun.errors import ConfigError
+from fedrun.federation.blocks import assign_blocks, round_work
+from fedrun.federation.delay import DelayTracker
+from fedrun.federation.exchange import Exchange
+from fedrun.federation.participation import make_participation
+from fedrun.federation.schedule import Buffered, Schedule, Synchronous
+from fedrun.models import build_model, uses_randomness
+from fedrun.protocol import Declaration, Scalar
+from fedrun.runtime.world import World
+from fedrun.state.store import ClientStore, init_server
+from fedrun.training.flat_model import FlatModel
+from fedrun.training.losses import LossFn, loss_for
+from fedrun.training.strategy import applicable_strategies, check_strategy, time_strategies
+
+PENDING = "_pending_"  # per-client rows of parked uploads: PENDING + upload entry name, and PENDING + "loss"
+
+
+@dataclass
+class Setup:
+    """What a rank holds for one run and no round changes."""
+
+    cfg: Config
+    world: World
+    run_dir: Path | None
+    dtype: torch.dtype
+    num_clients: int  # N
+    total_examples: float  # sum_j n_j
+    blocks: list[tuple[int, int]]  # [first, stop) client ids owned by each rank (their state lives there)
+    placement: str  # "blocks" or "work" (resolved run.placement)
+    work: np.ndarray | None  # per-client work (examples x steps) for placement "work"
+    block: ClientBlock  # this rank's client data (all clients for placement "work")
+    algorithm: Algorithm
+    decl: Declaration  # the algorithm's declaration
+    model: FlatModel
+    random_model: bool  # the forward pass draws random numbers (dropout)
+    dim: int  # d
+    loss_fn: LossFn
+    classification: bool
+    test_x: Tensor  # this rank's shard of the test set
+    test_y: Tensor
+    exchange: Exchange
+    strategy_timings: dict[str, float]
+
+    @property
+    def first(self) -> int:
+        """Global id of block row 0."""
+        return self.block.first
+
+
+@dataclass
+class RunState:
+    """Everything a checkpoint holds: the run is exactly this plus the config.
+
+    ``server`` lives on rank 0 only; ``clients`` holds this rank's block rows of every per-client entry
+    (and, when the schedule parks uploads, the uploads waiting to be consumed)."""
+
+    next_round: int
+    server: dict[str, Tensor]
+    clients: ClientStore
+    schedule: Schedule
+    delay: DelayTracker
+    strategy: str  # the local-training strategy (kept on resume)
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # one record per finished round (rank 0)
+
+
+def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunState]:
+    """Construct the run on this rank (collective: every rank calls it)."""
+    dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
+    seed = cfg.run.seed
+    task = load_task(cfg.data, seed)
+    parts = partition(task, cfg.data, seed)
+    num_clients = len(parts)
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    blocks = assign_blocks(sizes, world.size)
+    algorithm = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams)
+    decl = algorithm.declare()
+    if "x" not in decl.down:
+        raise ConfigError(f"algorithm.name={cfg.algorithm.name}: the algorithm's downlink must contain 'x'")
+    asynchronous = cfg.asynchrony.enabled
+    placement = _placement(cfg, decl, world, asynchronous)
+    work = None
+    if placement == "work":  # every rank can train every client: its block is all of them
+        first, stop = 0, num_clients
+        work = round_work(sizes, cfg.local.batch_size, cfg.local.steps, cfg.local.epochs)
+    else:
+        first, stop = blocks[world.rank]
+    block = ClientBlock(task, parts[first:stop], first, world.device, dtype)
+
+    torch.manual_seed(seed)
+    module = build_model(cfg.model.name, task.input_shape, task.num_classes)
+    model = FlatModel(module.to(device=world.device, dtype=dtype))
+    x0 = model.initial_vector(dtype, world.device)
+    ls_x0 = least_squares_x0(cfg.data)
+    if ls_x0 is not None:
+        x0 = torch.as_tensor(ls_x0, dtype=dtype, device=world.device)
+    test_rows = np.arange(world.rank, len(task.y_test), world.size)
+
+    store_entries = decl.client
+    if asynchronous:  # one pending-upload row per uploaded entry (and its loss) next to the client state
+        store_entries = (*decl.client, *(type(e)(PENDING + e.name) for e in (*decl.up, Scalar("loss"))))
+    clients = ClientStore(store_entries, block.num_clients, x0)
+    server = init_server(decl.server, x0) if world.is_root else {}
+    exchange = Exchange(decl, model.dim, world, dtype)
+    exchange.publish(server)
+
+    schedule: Schedule
+    if asynchronous:
+        schedule = Buffered(cfg.asynchrony, num_clients, seed, dtype, world.device)
+        cohort = cfg.asynchrony.buffer_size
+    else:
+        schedule = Synchronous(make_participation(cfg.participation, num_clients, seed, cfg.run.rounds))
+        cohort = num_clients if cfg.participation.pattern == "full" else cfg.participation.clients_per_round
+    random_model = uses_randomness(module)
+    loss_fn = loss_for(task.task)
+    strategy, timings = _choose_strategy(cfg, world, model, block, random_model, loss_fn, x0, cohort)
+    setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients,
+                  total_examples=float(sizes.sum()), blocks=blocks, placement=placement, work=work, block=block,
+                  algorithm=algorithm, decl=decl, model=model, random_model=random_model, dim=model.dim,
+                  loss_fn=loss_fn, classification=task.task == "classification",
+                  test_x=_to_device(task.x_test[test_rows], world.device, dtype),
+                  test_y=_to_device(task.y_test[test_rows], world.device, dtype),
+                  exchange=exchange, strategy_timings=timings)
+    state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
+                     delay=DelayTracker(num_clients), strategy=strategy)
+    return setup, state
+
+
+def _placement(cfg: Config, decl: Declaration, world: World, asynchronous: bool) -> str:
+    """``run.placement`` resolved: ``work`` needs an algorithm without per-client state (that state lives
+    on its owner rank) and a schedule that sums uploads at once (parked uploads live there too); ``auto``
+    takes it on CPU with more than one rank (on a GPU every rank would hold all clients' data)."""
+    requested, stateful = cfg.run.placement, bool(decl.client)
+    if requested == "work" and asynchronous:
+        raise ConfigError("run.placement=work: the asynchronous mode keeps in-flight uploads on the clients' "
+                          "owner ranks; expected blocks or auto")
+    if requested == "work" and stateful:
+        names = ", ".join(e.name for e in decl.client)
+        raise ConfigError(f"run.placement=work: algorithm {cfg.algorithm.name} keeps per-client state "
+                          f"({names}) on its owner rank; expected blocks or auto")
+    if requested == "auto":
+        usable = not stateful and not asynchronous and world.size > 1 and world.device.type == "cpu"
+        return "work" if usable else "blocks"
+    return requested
+
+
+def _choose_strategy(cfg: Config, world: World, model: FlatModel, block: ClientBlock, random_model: bool,
+                     loss_fn: LossFn, x0: Tensor, cohort: int) -> tuple[str, dict[str, float]]:
+    """``local.strategy``, or for ``auto`` the fastest on rank 0's timing (the same on every rank)."""
+    requested = cfg.local.strategy
+    check_strategy(requested, model, block, random_model, cfg.model.name)
+    if requested != "auto":
+        return requested, {}
+    timings: dict[str, float] = {}
+    if world.is_root:
+        timings = time_strategies(model, loss_fn, block, x0, cfg.local, -(-cohort // world.size), cfg.run.seed,
+                                  applicable_strategies(model, block, random_model))
+    timings = world.broadcast_object(timings)
+    return min(timings, key=timings.get), timings
+
+
+def _to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Floating arrays in the run's dtype, integer labels unchanged."""
+    t = torch.from_numpy(np.ascontiguousarray(array))
+    return (t.to(dtype) if t.is_floating_point() else t).to(device)

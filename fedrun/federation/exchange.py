@@ -1,0 +1,157 @@
+"""The one exchange of a step: one reduce of the summed uploads to rank 0, the server rule there, one
+broadcast of the next downlink. Also the policy for non-finite uploads and models.
+
+Both flat buffers carry runtime entries after the algorithm's own:
+
+* uplink: the training-loss sum, the number of non-finite uploads, the stop-signal flag, and one slot per
+  rank holding (smallest client id with a non-finite upload) + 1, or 0;
+* downlink: what every rank does after this step (continue, stop on a signal, stop on NaN/Inf), how many
+  uploads were not finite and the smallest such client id.
+
+A non-finite upload stops the run (exit status 3) unless ``run.skip_nonfinite_clients`` drops it from
+the step; a server rule whose result is not finite is not applied and stops the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedrun.errors import NumericalError
+from fedrun.protocol import Declaration, Entry, RoundContext, Scalar
+from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root
+from fedrun.runtime.world import World
+
+_UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1), ("_signal", 1))
+_BAD_CLIENT = "_bad_client"
+_DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 1), ("_bad_client", 1))
+CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
+
+ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What every rank learns from an exchange."""
+
+    down_next: dict[str, Tensor]  # the next downlink (the algorithm's entries only)
+    stop: float  # CONTINUE or STOP_SIGNAL (STOP_NONFINITE raises)
+    nonfinite: int  # uploads that were not finite, over all ranks
+    train_loss: float  # mean training loss of the kept uploads (rank 0; NaN elsewhere)
+    server: dict[str, Tensor]  # the server state after the step (rank 0; empty elsewhere)
+
+
+class Exchange:
+    """The flat layouts of one algorithm's declaration, the downlink buffer every rank reads its round's
+    downlink from, and the communication each direction costs per client (in floats)."""
+
+    def __init__(self, decl: Declaration, dim: int, world: World, dtype: torch.dtype) -> None:
+        self.world, self.dtype = world, dtype
+        def numel(entry: Entry) -> int:
+            return 1 if isinstance(entry, Scalar) else dim
+
+        down_entries = decl.down_entries()
+        self.down_layout = FlatLayout([(e.name, numel(e)) for e in down_entries] + list(_DOWN_EXTRAS))
+        self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {n for n, _ in _DOWN_EXTRAS}
+        self.up_layout = FlatLayout([(e.name, numel(e)) for e in decl.up] + list(_UP_EXTRAS)
+                                    + [(_BAD_CLIENT, world.size)])
+        self.up_scalars = {e.name for e in decl.up if isinstance(e, Scalar)} | {n for n, _ in _UP_EXTRAS}
+        self.up_floats = decl.floats(decl.up, dim)
+        self.down_floats = decl.floats(tuple(down_entries), dim)
+        self.down_buf = self.down_layout.empty(dtype, world.device)
+
+    def publish(self, server: dict[str, Tensor], stop: float = CONTINUE, nonfinite: float = 0.0,
+                bad_client: float = -1.0) -> dict[str, Tensor]:
+        """Rank 0 packs the server's downlink entries and the runtime entries; one broadcast; every rank
+        returns the downlink (views into the buffer, runtime entries included)."""
+        if self.world.is_root:
+            extras = {"_stop": torch.tensor([stop]), "_nonfinite": torch.tensor([nonfinite]),
+                      "_bad_client": torch.tensor([bad_client])}
+            self.down_layout.pack({**server, **extras}, self.down_buf)
+        broadcast_from_root(self.world, self.down_buf)
+        return self.down_layout.unpack(self.down_buf, self.down_scalars)
+
+    def downlink(self) -> dict[str, Tensor]:
+        """This round's downlink: the algorithm's entries, copied out of the buffer (they outlive the
+        broadcast that ends the round)."""
+        down = self.down_layout.unpack(self.down_buf, self.down_scalars)
+        return {k: v.clone() for k, v in down.items() if not k.startswith("_")}
+
+    def stop_code(self) -> float:
+        """What every rank does after the round just exchanged: CONTINUE or STOP_SIGNAL."""
+        return float(self.down_layout.unpack(self.down_buf, self.down_scalars)["_stop"])
+
+    def global_model(self) -> Tensor:
+        """The current global model x (a view into the downlink buffer)."""
+        return self.down_layout.unpack(self.down_buf, self.down_scalars)["x"]
+
+    def step(self, label: str, ctx: RoundContext, sums: dict[str, Tensor] | None, loss_sum: Tensor | None,
+             bad_client: int, num_bad: int, stop_requested: bool, skip: bool, server: dict[str, Tensor],
+             server_rule: ServerRule) -> Outcome:
+        """Steps 4 and 5 of a round. ``sums``: this rank's summed kept uploads (None: none);
+        ``num_bad`` uploads of this rank were not finite, the smallest such client id is ``bad_client``;
+        with ``skip`` they were left out of ``sums`` and the server rule sees |S_t| minus them, else the
+        run stops with :class:`NumericalError`."""
+        world = self.world
+        up_buf = self.up_layout.empty(self.dtype, world.device)
+        if sums is not None:
+            self.up_layout.pack({**sums, "_loss": loss_sum, "_nonfinite": torch.tensor(float(num_bad)),
+                                 "_signal": torch.zeros(()), _BAD_CLIENT: torch.zeros(world.size)}, up_buf)
+            if num_bad:
+                up_buf[self.up_layout.slices[_BAD_CLIENT].start + world.rank] = float(bad_client + 1)
+        up_buf[self.up_layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
+        reduce_to_root(world, up_buf)
+        train_loss = float("nan")
+        if world.is_root:
+            up = self.up_layout.unpack(up_buf, self.up_scalars)
+            nonfinite = float(up.pop("_nonfinite"))
+            signals = float(up.pop("_signal"))
+            loss_total = float(up.pop("_loss"))
+            slots = up.pop(_BAD_CLIENT)
+            worst = float(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1.0
+            kept = ctx.num_active - (int(nonfinite) if skip else 0)  # |S_t| the server rule sees
+            train_loss = loss_total / kept if kept else float("nan")
+            stop = CONTINUE
+            if nonfinite > 0 and not skip:
+                stop = STOP_NONFINITE
+            else:
+                new_server = server_rule(server, up, dataclasses.replace(ctx, num_active=kept))
+                if all(bool(torch.isfinite(v).all()) for v in new_server.values()):
+                    server = new_server  # a non-finite step is not applied: the last good state stays
+                    stop = STOP_SIGNAL if signals > 0 else CONTINUE
+                else:
+                    stop = STOP_NONFINITE
+            down = self.publish(server, stop, nonfinite, worst)
+        else:
+            down = self.publish(server)
+        stop = float(down["_stop"])
+        nonfinite_all = int(down["_nonfinite"])
+        if stop == STOP_NONFINITE:
+            if nonfinite_all and not skip:
+                others = f" (and {nonfinite_all - 1} other client(s))" if nonfinite_all > 1 else ""
+                raise NumericalError(f"{label}: client {int(down['_bad_client'])} uploaded a non-finite update "
+                                     f"(NaN/Inf){others}; lower the learning rates or set "
+                                     "run.skip_nonfinite_clients=true")
+            raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
+        down_next = {k: v for k, v in down.items() if not k.startswith("_")}
+        return Outcome(down_next=down_next, stop=stop, nonfinite=nonfinite_all, train_loss=train_loss,
+                       server=server)
+
+
+def sum_uploads(up: dict[str, Tensor], loss: Tensor, ids: np.ndarray, skip: bool,
+                ) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
+    """Sum per-client uploads ``[C, ...]`` of clients ``ids``; the sums, the loss sum and a bool ``[C]``
+    mask of the uploads kept. A non-finite upload makes its sum non-finite: only then are single clients
+    looked at; with ``skip`` those are left out of the sums."""
+    sums = {name: value.sum(dim=0) for name, value in up.items()}
+    kept = np.ones(len(ids), dtype=bool)
+    if not all(bool(torch.isfinite(value).all()) for value in sums.values()):
+        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in up.values()]).all(dim=0)
+        kept = finite.cpu().numpy()
+        if skip:
+            return {name: value[finite].sum(dim=0) for name, value in up.items()}, loss[finite].sum(), kept
+    return sums, loss.sum(), kept

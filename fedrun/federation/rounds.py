@@ -1,0 +1,209 @@
+"""One round: the single place where a round happens, whatever the schedule.
+
+Round (or asynchronous server step) t, on every rank; the runtime never knows which algorithm runs:
+
+1. ask the schedule: who starts training now, whose uploads the server consumes now (identical on
+   every rank);
+2. read this round's downlink (received by the broadcast that ended the previous round);
+3. train this rank's starting clients: local plan, K local steps, client rule; store their new state;
+   their uploads are summed at once (synchronous) or parked in their rows until consumed (asynchronous);
+4. sum this rank's consumed uploads and join ONE reduce to rank 0;
+5. rank 0 applies the server rule and publishes the next downlink in ONE broadcast;
+6. block-wide client bookkeeping (``after_round``), delay metrics, evaluation, the metrics record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedrun.config import Config
+from fedrun.federation.blocks import split_by_work
+from fedrun.federation.build import PENDING, RunState, Setup
+from fedrun.federation.exchange import sum_uploads
+from fedrun.federation.schedule import Step
+from fedrun.protocol import Clients, LocalResult, RoundContext
+from fedrun.runtime.flat import all_reduce_sum
+from fedrun.training.evaluate import evaluate_shard
+from fedrun.training.gradients import local_oracle
+from fedrun.training.local import run_local
+from fedrun.training.schedule import local_lr
+
+
+def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = False) -> dict[str, Any]:
+    """Run round t (collective over all ranks), advance ``state`` and return the round's metrics record;
+    ``stop_requested``: this rank received a stop signal (the run stops after the round on every rank)."""
+    cfg, world = setup.cfg, setup.world
+    wall = time.perf_counter()
+    # 1. the schedule's step, identical on every rank
+    step = state.schedule.begin(t)
+    lr = local_lr(cfg.local, t)
+    train_ctx = context(setup, t, lr, len(step.start))
+    ctx = context(setup, t, lr, len(step.consume), step.staleness)
+    # 2. this round's downlink
+    down = setup.exchange.downlink()
+    # 3. local training of this rank's starting clients; 4. its consumed uploads, summed
+    parks = state.schedule.parks_uploads
+    skip = cfg.run.skip_nonfinite_clients and not parks
+    consumed = local_rows(setup, step.consume)
+    sums, loss_sum, kept = None, None, np.ones(len(consumed), dtype=bool)
+    if parks:  # train, park the uploads in the clients' rows; sum the consumed ones
+        for rows, start in start_groups(setup, state, step, local_rows(setup, step.start), down):
+            fresh = np.zeros(len(rows), dtype=np.int64)  # staleness counts from the client's start
+            up, loss, new_state = train_clients(setup, state, rows, start, down, t, train_ctx, fresh)
+            park(setup, state, rows, up, loss, new_state)
+        if len(consumed):
+            up, loss = take_parked(setup, state, consumed)
+            sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip)
+    elif len(consumed):  # the consumed clients are the starting ones: train and sum at once
+        up, loss, new_state = train_clients(setup, state, consumed, down, down, t, train_ctx, None)
+        sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip)
+        if not kept.all():  # a dropped client's state stays as it was before the round
+            new_state = {name: value[torch.as_tensor(kept, device=value.device)] for name, value in new_state.items()}
+        state.clients.scatter(torch.as_tensor(consumed[kept], device=world.device), new_state)
+    bad = consumed[~kept]
+    # 5. one reduce, the server rule on rank 0, one broadcast
+    label = f"server step {t}" if parks else f"round {t}"
+    outcome = setup.exchange.step(label, ctx, sums, loss_sum, int(bad.min()) + setup.first if len(bad) else -1,
+                                  len(bad), stop_requested, skip, state.server, setup.algorithm.server_update)
+    state.server = outcome.server
+    arrived = np.zeros(setup.num_clients, dtype=bool)
+    arrived[step.consume] = True
+    dropped = outcome.nonfinite if skip else 0
+    if dropped:  # the dropped clients count as absent from this round, on every rank
+        ctx = dataclasses.replace(ctx, num_active=ctx.num_active - dropped)
+        for ids in world.allgather_object((bad + setup.first).tolist()):
+            arrived[ids] = False
+        consumed = consumed[kept]
+    # 6. bookkeeping for every client of the block, delay metrics, evaluation
+    mask = torch.zeros(setup.block.num_clients, dtype=torch.bool, device=world.device)
+    mask[torch.as_tensor(consumed, device=world.device, dtype=torch.long)] = True
+    algo_state = {e.name: state.clients.tensors[e.name] for e in setup.decl.client}
+    state.clients.tensors.update(setup.algorithm.after_round(outcome.down_next, algo_state, mask, ctx))
+    if parks:  # the consumed uploads leave their rows
+        rows = torch.as_tensor(consumed, device=world.device, dtype=torch.long)
+        for name in (*(e.name for e in setup.decl.up), "loss"):
+            state.clients.tensors[PENDING + name][rows] = 0
+    delays = state.delay.update(arrived)
+    entry: dict[str, Any] = {"round": t, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
+                             "local_lr": lr, **delays}
+    if skip:
+        entry["dropped_clients"] = dropped
+    entry.update(state.schedule.end(t, step, down["x"]))
+    if eval_due(cfg, t):
+        entry.update(evaluate(setup, outcome.down_next["x"]))
+    account(setup, state, entry, ctx.num_active, len(step.start) - dropped)
+    entry["wall_s"] = time.perf_counter() - wall
+    state.next_round = t + 1
+    return entry
+
+
+def context(setup: Setup, t: int, lr: float, num_active: int, staleness: np.ndarray | None = None) -> RoundContext:
+    """What the rules know about step t: |S_t| = ``num_active``, and the staleness of the consumed uploads."""
+    cfg = setup.cfg
+    tau = None if staleness is None else torch.as_tensor(staleness, dtype=torch.int64, device=setup.world.device)
+    return RoundContext(round=t, lr=lr, num_clients=setup.num_clients, num_active=num_active,
+                        local_steps=cfg.local.steps, dim=setup.dim, total_examples=setup.total_examples,
+                        total_rounds=cfg.run.rounds, staleness=tau,
+                        max_staleness=int(staleness.max()) if staleness is not None and len(staleness) else 0)
+
+
+def local_rows(setup: Setup, ids: np.ndarray) -> np.ndarray:
+    """This rank's share of the clients ``ids`` (sorted global ids), as block rows."""
+    if setup.placement == "work":
+        return split_by_work(ids, setup.work[ids], setup.world.size)[setup.world.rank]
+    first, stop = setup.blocks[setup.world.rank]
+    return ids[(ids >= first) & (ids < stop)] - first
+
+
+def start_groups(setup: Setup, state: RunState, step: Step, rows: np.ndarray, down: dict[str, Tensor],
+                 ) -> list[tuple[np.ndarray, dict[str, Tensor]]]:
+    """This rank's starting clients (block rows) grouped by the downlink their local plan starts from:
+    the clients the step starts from the previous model first, then the others from ``down``."""
+    previous = np.isin(rows + setup.first, step.from_previous)
+    groups = [(rows[previous], {**down, "x": state.schedule.previous_model}), (rows[~previous], down)]
+    return [(group, start) for group, start in groups if len(group)]
+
+
+def park(setup: Setup, state: RunState, rows: np.ndarray, up: dict[str, Tensor], loss: Tensor,
+         new_state: dict[str, Tensor]) -> None:
+    """Store the new client state of block rows ``rows`` and park their uploads until consumed."""
+    index = torch.as_tensor(rows, device=setup.world.device)
+    state.clients.scatter(index, new_state)
+    state.clients.scatter(index, {PENDING + name: value for name, value in {**up, "loss": loss}.items()})
+
+
+def take_parked(setup: Setup, state: RunState, rows: np.ndarray) -> tuple[dict[str, Tensor], Tensor]:
+    """The parked uploads and losses of block rows ``rows``."""
+    index = torch.as_tensor(rows, device=setup.world.device)
+    up = {e.name: state.clients.tensors[PENDING + e.name].index_select(0, index) for e in setup.decl.up}
+    return up, state.clients.tensors[PENDING + "loss"].index_select(0, index)
+
+
+def train_clients(setup: Setup, state: RunState, rows: np.ndarray, start: dict[str, Tensor],
+                  down: dict[str, Tensor], t: int, ctx: RoundContext, staleness: np.ndarray | None,
+                  ) -> tuple[dict[str, Tensor], Tensor, dict[str, Tensor]]:
+    """The plan (from ``start``, usually the round's downlink ``down``), the K local steps and the client
+    rule (against ``down``) for block rows ``rows`` (sorted); ``staleness``: what the rules see while
+    training (None in synchronous rounds). Returns the uploads, the mean training losses and the new
+    client state, ``[C, ...]`` in the order of ``rows``."""
+    cfg, algorithm = setup.cfg, setup.algorithm
+    index = torch.as_tensor(rows, device=setup.world.device)
+    clients = client_view(setup, state, rows, t, staleness)
+    client_state = state.clients.gather(index, [e.name for e in setup.decl.client])
+    plan = algorithm.local_plan(start, client_state, clients, ctx)
+    batches = setup.block.batches(rows, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps, cfg.local.epochs,
+                                  cfg.local.shuffle)
+    oracle, group_size = local_oracle(state.strategy, setup.model, setup.loss_fn, setup.block, batches,
+                                      rows + setup.first, cfg.run.seed, t, reseed=setup.random_model)
+    local: LocalResult = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local, group_size=group_size)
+    up, new_state = algorithm.client_finish(down, client_state, local, clients, ctx)
+    return up, local.loss, new_state
+
+
+def client_view(setup: Setup, state: RunState, rows: np.ndarray, t: int, staleness: np.ndarray | None) -> Clients:
+    """What the rules may know about this rank's clients ``rows`` (block rows) in round t."""
+    device = setup.world.device
+    ids = rows + setup.first
+    probabilities = state.schedule.probabilities(t)
+    return Clients(
+        ids=torch.as_tensor(ids, device=device),
+        num_examples=torch.as_tensor(setup.block.num_examples[rows], dtype=setup.dtype, device=device),
+        participations=torch.as_tensor(state.delay.participations[ids], device=device),
+        last_active=torch.as_tensor(state.delay.last_active[ids], device=device),
+        probability=None if probabilities is None else torch.as_tensor(probabilities[ids], dtype=setup.dtype,
+                                                                       device=device),
+        staleness=None if staleness is None else torch.as_tensor(staleness, dtype=torch.int64, device=device),
+    )
+
+
+def eval_due(cfg: Config, t: int) -> bool:
+    """Evaluate after round t: every ``eval.every`` rounds and after the last one."""
+    every = cfg.eval.every
+    return t + 1 == cfg.run.rounds or (every > 0 and (t + 1) % every == 0)
+
+
+def evaluate(setup: Setup, x: Tensor) -> dict[str, float]:
+    """Test loss (and accuracy) of model ``x`` on the pooled test set, each rank evaluating its shard."""
+    sums = evaluate_shard(setup.model, setup.loss_fn, x, setup.test_x, setup.test_y, setup.cfg.eval.batch_size,
+                          setup.classification)
+    all_reduce_sum(setup.world, sums)
+    loss, correct, count = (float(v) for v in sums)
+    out = {"test_loss": loss / count}
+    if setup.classification:
+        out["test_accuracy"] = correct / count
+    return out
+
+
+def account(setup: Setup, state: RunState, entry: dict[str, Any], uploads: int, downloads: int) -> None:
+    """Communication of the round in floats, per round and cumulative (from the declaration)."""
+    entry["uplink_floats"] = uploads * setup.exchange.up_floats
+    entry["downlink_floats"] = downloads * setup.exchange.down_floats
+    prev = state.metrics[-1] if state.metrics else {}
+    entry["cum_uplink_floats"] = prev.get("cum_uplink_floats", 0) + entry["uplink_floats"]
+    entry["cum_downlink_floats"] = prev.get("cum_downlink_floats", 0) + entry["downlink_floats"]

@@ -1,0 +1,122 @@
+"""The import graph of ``fedrun/`` has no cycle, function-level imports included, and the ground floor
+(``fedrun.errors``) imports nothing else of fedrun.
+
+Run ``python tests/test_layering.py`` to print every cycle (a strongly connected component of the
+graph) with one import that closes it.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fedrun"
+GROUND_FLOOR = ("fedrun.errors",)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the fedrun modules it imports anywhere in its body (``from a import b`` counts as an
+    import of ``a.b`` when that is a module, else of ``a``; importing ``a.b`` also runs package ``a``,
+    unless ``a`` is a package of the importer itself, which is then already being imported)."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                           for alias in node.names]
+            ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+            for target in targets:
+                parts = target.split(".")
+                for i in range(1, len(parts) + 1):  # importing a.b.c runs a, a.b and a.b.c ...
+                    prefix = ".".join(parts[:i])
+                    # ... but the importer's own packages are already running: only naming one counts
+                    if prefix in modules and prefix != name and (prefix == target or prefix not in ancestors):
+                        graph[name].add(prefix)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles in fedrun/ (run python tests/test_layering.py): " + "; ".join(
+        " <-> ".join(c) for c in found)
+
+
+def test_ground_floor_imports_nothing_of_fedrun():
+    graph = import_graph()
+    for name in GROUND_FLOOR:
+        assert not graph[name], f"{name} imports {sorted(graph[name])}"
+
+
+def test_the_checker_sees_a_function_level_cycle(tmp_path, monkeypatch):
+    """The checker itself: a cycle closed only inside a function body is found."""
+    pkg = tmp_path / "fedrun"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from fedrun import b\n")
+    (pkg / "b.py").write_text("def f():\n    from fedrun.a import g\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
+    assert cycles(import_graph()) == [["fedrun.a", "fedrun.b"]]
+
+
+if __name__ == "__main__":
+    graph = import_graph()
+    for component in cycles(graph):
+        members = set(component)
+        print(f"cycle of {len(component)} modules:")
+        for v in component:
+            inside = sorted(graph[v] & members)
+            print(f"  {v} -> {', '.join(inside)}")
+    sys.exit(1 if cycles(graph) else 0)
