@@ -338,9 +338,9 @@ def test_trace_errors(tmp_path):
 
 
 def test_config_errors_name_the_field():
+    # the registry checks its own names (the config section checks types and ranges only)
+    ParticipationConfig(pattern="roundrobin").check()
     with pytest.raises(ConfigError, match=r"^participation.pattern: expected one of full, uniform"):
-        ParticipationConfig(pattern="roundrobin").check()
-    with pytest.raises(ConfigError, match=r"^participation.pattern: "):
         make_participation(ParticipationConfig(pattern="roundrobin"), 10, 0, 5)
     for pattern in ("uniform", "cyclic", "reshuffled_cyclic", "p1", "p3"):
         with pytest.raises(ConfigError, match=r"^participation.clients_per_round: .*got 11"):
