@@ -6,7 +6,7 @@ SPEC.json maps a name to a config dict (the form ``fedrun.run`` takes). Every co
 same world: MPI and torch.distributed start once, and each launch costs seconds of imports, so batch the
 configs. The world's device is the configs' ``run.device`` (they must agree). Rank 0 writes OUT.npz with
 one array per name: the final global model ``RunResult.x``, in the run's dtype.
-Tests call it through ``conftest.final_models``.
+Tests call it through ``helpers.final_models``.
 """
 
 from __future__ import annotations

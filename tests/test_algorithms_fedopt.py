@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lsq import config, federation, run_single
+from helpers import config, federation, run_single
 
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import RoundContext

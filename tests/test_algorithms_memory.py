@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from lsq import (
+from helpers import (
     N,
     assert_tracks_clients,
     bernoulli_trace,

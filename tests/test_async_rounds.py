@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import LEAST_SQUARES, final_model, run_ranks
-from lsq import client_grads, config, federation, run_single, single_world
-from test_resume import final_state, metrics, train_args
+from helpers import (
+    LEAST_SQUARES,
+    client_grads,
+    config,
+    federation,
+    final_model,
+    final_state,
+    metrics,
+    run_ranks,
+    run_single,
+    single_world,
+    train_args,
+)
 
 ASYNC = ["asynchrony.enabled=true", "asynchrony.buffer_size=2", "asynchrony.concurrency=4"]
 

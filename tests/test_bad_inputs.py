@@ -24,7 +24,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import LEAST_SQUARES, REPO, child_env, run_ranks
+from helpers import LEAST_SQUARES, REPO, child_env, run_ranks
 
 from fedrun.cli import main
 

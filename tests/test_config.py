@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import run_ranks
+from helpers import run_ranks
 
 from fedrun.config import ConfigError, load_config
 

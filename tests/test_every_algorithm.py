@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import final_models
+from helpers import final_models
 
 from fedrun.algorithms import ALGORITHMS
 

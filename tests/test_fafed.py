@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from lsq import D, N, client_grads, config, federation, run_single
-from test_fedcada import identical_clients
+from helpers import D, N, client_grads, config, federation, identical_clients, run_single
 
 from fedrun.algorithms.base import LocalPlan
 from fedrun.algorithms.fafed import Storm, adaptive_matrix

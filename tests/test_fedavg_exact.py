@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import LEAST_SQUARES
-from lsq import problem
+from helpers import LEAST_SQUARES, problem
 
 import fedrun
 

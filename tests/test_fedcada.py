@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from lsq import D, N, bernoulli_trace, client_grads, config, federation, per_round, set_server
+from helpers import D, N, bernoulli_trace, client_grads, config, federation, identical_clients, per_round, set_server
 
 from fedrun.algorithms.base import Vector
 from fedrun.algorithms.fedcada import ClientAdam, FedCAdaHparams, adjustment
-
-
-def identical_clients(tmp_path, m: int = 8) -> str:
-    rng = np.random.default_rng(0)
-    a, b = rng.normal(size=(m, D)), rng.normal(size=m)
-    path = tmp_path / "same.npz"
-    np.savez(path, A=np.repeat(a[None], N, axis=0), b=np.repeat(b[None], N, axis=0), x0=rng.normal(size=D))
-    return str(path)
 
 
 def test_p_c1_k1_full_identical_clients_is_centralized_adam(tmp_path):

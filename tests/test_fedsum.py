@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import reference as ref
 import torch
-from lsq import (
+from helpers import (
     N,
     assert_matches_reference,
     bernoulli_trace,

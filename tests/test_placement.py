@@ -7,8 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import LEAST_SQUARES, REPO, final_models, run_ranks
-from lsq import config, federation
+from helpers import LEAST_SQUARES, REPO, config, federation, final_models, run_ranks
 
 from fedrun.config import ConfigError
 from fedrun.federation.blocks import round_work, split_by_work

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import final_model, final_models
+from helpers import final_model, final_models
 
 pytestmark = pytest.mark.mpi
 

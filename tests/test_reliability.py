@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import LEAST_SQUARES, REPO, child_env, mpiexec, run_ranks
+from helpers import LEAST_SQUARES, REPO, child_env, mpiexec, run_ranks
 
 from fedrun.checkpoint import CheckpointReader, checkpoint_round, find_latest_valid, list_checkpoints
 

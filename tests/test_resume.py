@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -11,40 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
-from conftest import LEAST_SQUARES, REPO, child_env, mpiexec, run_ranks
+from helpers import REPO, child_env, final_state, metrics, mpiexec, run_ranks, train_args
 
 pytestmark = pytest.mark.mpi
-
-BASE = [*LEAST_SQUARES, "data.num_clients=7", "local.steps=3", "local.lr=0.05",
-        "participation.pattern=uniform", "participation.clients_per_round=3"]
-
-
-def train_args(run_dir: Path, rounds: int, extra: list[str], resume: bool = False) -> list[str]:
-    args = ["-m", "fedrun", "train", "--quiet", f"run.dir={run_dir}", f"run.rounds={rounds}", *BASE, *extra]
-    return [*args, "--resume", "auto"] if resume else args
-
-
-def final_state(run_dir: Path) -> dict[str, np.ndarray]:
-    """Every server and client dataset of the newest checkpoint, read back with plain h5py."""
-    path = sorted(run_dir.glob("ckpt_*.h5"))[-1]
-    out = {}
-    with h5py.File(path, "r") as f:
-        for group in ("server", "clients"):
-            for name in f.get(group, {}):
-                out[f"{group}/{name}"] = f[group][name][()]
-        out["meta/round"] = f["meta/round"][()]
-    return out
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    for r in rows:
-        r.pop("wall_s")
-    return rows
-
 
 def assert_same_run(a: Path, b: Path, exact: bool = True, rtol: float = 0.0) -> None:
     sa, sb = final_state(a), final_state(b)

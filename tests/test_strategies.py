@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from lsq import federation, single_world
+from helpers import federation, single_world
 
 import fedrun
 from fedrun.config import ConfigError

@@ -55,8 +55,8 @@ HEAD = 16
 
 # ------------------------------------------------------------------------------------------ the cases
 
-# The float64 least-squares task of tests/lsq.py (N = 6 clients, d = 5, m = 8 rows, full-batch local
-# steps), copied here because tests/lsq.py imports engine internals (Federation) that are being replaced.
+# The float64 least-squares task of tests/helpers.py (N = 6 clients, d = 5, m = 8 rows, full-batch local
+# steps), copied here because tests/helpers.py imports engine internals (Federation) that are being replaced.
 N, D, M = 6, 5, 8
 ROUNDS = 20
 LSQ: dict[str, Any] = {

