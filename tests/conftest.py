@@ -5,7 +5,7 @@
   of runs on ``ranks`` ranks, many configs per launch (tests/mpi_models.py);
 * ``mpiexec()``, ``child_env()``, ``REPO``; ``LEAST_SQUARES``: overrides for a small float64 CLI run.
 
-Algorithm tests on the section 7 least-squares task build their configs with tests/lsq.py.
+Algorithm tests on the least-squares task (docs/verification.md) build their configs with tests/lsq.py.
 """
 
 from __future__ import annotations
