@@ -68,7 +68,7 @@ def test_k1_full_participation_equals_fedavg(form):
 @pytest.mark.parametrize("pattern", ["full", "bernoulli"])
 @pytest.mark.parametrize("form", FORMS)
 def test_drift_free_reaches_x_star(form, pattern):
-    """Item 15: K = 5, deterministic gradients, full and Bernoulli(0.4) participation reach x*."""
+    """V15: K = 5, deterministic gradients, full and Bernoulli(0.4) participation reach x*."""
     rounds = 100 if pattern == "full" else 150
     cfg = config("scaffold", "local.lr=0.2", form=form)
     trace = None if pattern == "full" else bernoulli_trace(rounds, 0.4, seed=1)
