@@ -1,4 +1,4 @@
-"""The GPU check of BENCHMARKS.md and issue 9: one prepared script, one call, under 8 minutes on one GPU.
+"""The GPU check (bench/README.md, "GPU run"): one prepared script, one call, under 8 minutes on one GPU.
 
     python3 bench/gpu.py [--out DIR] [--quick] [--device cuda|cpu]
 
@@ -10,7 +10,7 @@ it runs, each part timed and printed as soon as it ends:
 2. Strategies: ``local.strategy=auto``'s start-up timings of sequential, channels_last and vmap for the
    FedSUM CNNs (MNIST, SVHN, CIFAR-10 shapes) and ResNet-18 (GroupNorm), 16 clients, batch 32.
 3. W1 on ResNet-18: FedAvg, 1000 clients of 50 CIFAR-shaped synthetic examples, cohort 50, 5 steps of
-   batch 10 (BENCHMARKS.md), one rank, each strategy forced: median s/round over rounds 3..end.
+   batch 10 (as W1), one rank, each strategy forced: median s/round over rounds 3..end.
 
 It prints a markdown table per part and writes ``DIR/gpu.json`` (every number) and ``DIR/gpu.md`` (the
 tables, with the device and the date) for bench/RESULTS.md. ``--quick`` shrinks every size so that the

@@ -1,4 +1,4 @@
-"""Run every system on the workloads side by side and print one table (BENCHMARKS.md).
+"""Run every system on the workloads side by side and print one table (bench/README.md).
 
     bench/setup_peers.sh                      # once: Flower and pfl in their own environments
     python bench/run.py --workloads W1 W2 --reps 3 [--systems bare fedrun-1 fedrun-2 pfl-2 flower] [--record]

@@ -1,4 +1,4 @@
-"""W3 of BENCHMARKS.md: SCAFFOLD with a state vector per client, N = 1000, 5% participation.
+"""W3 (bench/README.md, "Workloads"): SCAFFOLD with a state vector per client, N = 1000, 5% participation.
 
     python bench/w3.py [--rounds 100] [--ranks 2]
 

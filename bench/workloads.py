@@ -1,4 +1,4 @@
-"""The benchmark workloads W1 and W2 (see BENCHMARKS.md): data, hyperparameters, cohort schedule.
+"""The benchmark workloads W1 and W2 (bench/README.md, "Workloads"): data, hyperparameters, cohort schedule.
 
 Every system in the comparison (bare loop, fedrun, Flower, pfl) reads its data from here, so all of
 them train on the same arrays, the same model and the same clients in each round.

@@ -56,7 +56,7 @@ class RunConfig:
 
 @dataclass
 class SyntheticConfig:
-    """Class-conditional Gaussian images or features (BENCHMARKS.md W1/W2), generated from the run seed."""
+    """Class-conditional Gaussian images or features (bench/README.md, W1/W2), generated from the run seed."""
 
     shape: list[int] = field(default_factory=lambda: [3, 32, 32])  # [C, H, W] or [features]
     num_classes: int = 10
@@ -123,7 +123,7 @@ class ModelConfig:
 
 @dataclass
 class LocalConfig:
-    """The local solver every client runs (ALGORITHMS.md 0.3) and its optimizer extras."""
+    """The local solver every client runs (docs/algorithms.md) and its optimizer extras."""
 
     steps: int = 10  # K local steps per round
     epochs: int | None = None  # if set, K_i = epochs * ceil(n_i / batch_size) (FedAdamom's local_ep)
@@ -151,7 +151,7 @@ class LocalConfig:
 
 @dataclass
 class ParticipationConfig:
-    """Which clients take part in each round (ALGORITHMS.md section 1.1, docs/participation.md)."""
+    """Which clients take part in each round (docs/participation.md)."""
 
     pattern: str = "uniform"  # see fedrun.federation.participation.PATTERNS (the registry checks the name)
     clients_per_round: int = 10  # S
@@ -203,10 +203,10 @@ class CheckpointConfig:
 
 @dataclass
 class AsyncConfig:
-    """Buffered asynchronous server steps (FADAS/FedBuff; ALGORITHMS-BASELINES.md 1.4, docs/algorithms/
-    fadas_fedcada_fafed_async.md). When enabled, ``participation`` is not used: ``concurrency`` clients
-    train at once, each with a simulated duration, and the server steps whenever ``buffer_size`` updates
-    have arrived; ``run.rounds`` counts server steps."""
+    """Buffered asynchronous server steps (FADAS/FedBuff; docs/algorithms/fadas_fedcada_fafed_async.md).
+    When enabled, ``participation`` is not used: ``concurrency`` clients train at once, each with a
+    simulated duration, and the server steps whenever ``buffer_size`` updates have arrived; ``run.rounds``
+    counts server steps."""
 
     enabled: bool = False
     buffer_size: int = 5  # M (FADAS update_freq)
@@ -216,8 +216,8 @@ class AsyncConfig:
     class_ranges: list[list[float]] = field(default_factory=lambda: [[1.0, 2.0], [3.0, 5.0], [5.0, 8.0]])
     class_scale: float = 1.0  # s: class shares drawn from Dirichlet(3s, 2s, s), then one class per client
     constant_duration: float = 1.0  # durations: constant
-    # the official FADAS code's dispatch quirk (ALGORITHMS-BASELINES.md 1.4), off by default: from step 1 on,
-    # every newly dispatched client but the last drawn trains from x_{t-1}, its delta taken against x_t
+    # the official FADAS code's dispatch quirk, off by default: from step 1 on, every newly dispatched
+    # client but the last drawn trains from x_{t-1}, its delta taken against x_t
     replicate_dispatch_quirk: bool = False
 
     def check(self) -> None:

@@ -90,7 +90,7 @@ class LocalOptimizer(Protocol):
 
 @dataclass
 class LocalPlan:
-    """What a block of C participating clients does locally this round (ALGORITHMS.md 0.3).
+    """What a block of C participating clients does locally this round (docs/algorithms.md).
 
     Each step k: ``g`` raw minibatch gradient (clipped if configured), direction
     ``g + correction`` (+ weight decay), optimizer step scaled by ``lr * lr_scale``.

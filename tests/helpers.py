@@ -9,7 +9,7 @@ Launching real ranks (``mpiexec`` of the mpich wheel):
 * ``train_args(run_dir, rounds, extra, resume)``, ``final_state(run_dir)``, ``metrics(run_dir)``: a CLI
   training run of the resume tests and what it leaves behind (checkpoint datasets read back with h5py).
 
-The float64 least-squares task of the algorithm tests (docs/algorithms.md, "Verification").
+The float64 least-squares task of the algorithm tests (docs/verification.md).
 
 f_i(x) = 1/(2m) ||A_i x - b_i||^2 with N = 6 clients, d = 5, m = 8 rows each; full-batch, hence
 deterministic, gradients (local.batch_size = m). Everything runs in this process, without MPI.
@@ -26,7 +26,7 @@ The problem (all arrays numpy float64, built exactly as the runtime loads the da
 
 * ``problem(cfg)``: (A [N, m, d], b [N, m]); ``client_grads(cfg, x)``: [N, d], grad f_i(x);
 * ``x_star(cfg)``: the minimiser of f = (1/N) sum_i f_i;
-* ``x_fedavg(cfg)``: the biased fixed point of FedAvg with K steps of lr eta_l (item 14).
+* ``x_fedavg(cfg)``: the biased fixed point of FedAvg with K steps of lr eta_l (V14).
 
 Running:
 
@@ -40,7 +40,7 @@ Running:
 * ``set_server(fed, **values)``: overwrite server entries before the next round;
 * ``run_single(cfg)``: ``fedrun.run`` in this process, no files; the ``RunResult``;
 * ``assert_tracks_clients(fed, rounds, server, client, reduce, atol)``: after every round the server
-  entry equals the sum or mean of a client entry over all N clients (item 9 invariants);
+  entry equals the sum or mean of a client entry over all N clients (V9 invariants);
 * ``assert_matches_reference(cfg, trace, reference, **kwargs)``: the global model after every round
   equals ``reference(A, b, trace, lrs, K, eta_g, **kwargs)`` (a function of tests/reference.py).
 """
@@ -191,7 +191,7 @@ def x_star(cfg: dict[str, Any] | Config) -> np.ndarray:
 
 
 def x_fedavg(cfg: dict[str, Any] | Config) -> np.ndarray:
-    """x_FA = (I - Mbar)^{-1} cbar, M_i = (I - lr H_i)^K, c_i = sum_{k<K} (I - lr H_i)^k lr r_i (item 14),
+    """x_FA = (I - Mbar)^{-1} cbar, M_i = (I - lr H_i)^K, c_i = sum_{k<K} (I - lr H_i)^k lr r_i (V14),
     with H_i = A_i^T A_i / m, r_i = A_i^T b_i / m and the constant lr and K of ``cfg``."""
     c = resolve(cfg)
     a, b = problem(c)

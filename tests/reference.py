@@ -1,8 +1,8 @@
-"""Plain numpy transcriptions of ALGORITHMS.md pseudo-code (sections 2.3-2.5, 3.6, 5), for tests.
+"""Plain numpy transcriptions of the FedSUM, SCAFFOLD and FAdamGC round rules (docs/algorithms/), for tests.
 
 Deterministic full-batch gradients grad f_i(x) = A_i^T (A_i x - b_i) / m; ``trace`` is a boolean
 [T, N] participation array; ``lrs`` the local lr of each round. Each function returns the global
-model after every round. They are written from the specification, independently of fedrun's rules.
+model after every round. They are written from the documented equations, independently of fedrun's rules.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def _grad(a: np.ndarray, b: np.ndarray, i: int, x: np.ndarray) -> np.ndarray:
 
 
 def fedsum(a, b, trace, lrs, k, eta_g, variant="fedsum", cr_form="cumulative"):
-    """FedSUM-B / FedSUM / FedSUM-CR (2.3-2.5) with the RECONSTRUCTED scalings of 2.1."""
+    """FedSUM-B / FedSUM / FedSUM-CR with the scalings fedrun chooses (docs/algorithms/fedsum_scaffold_fadamgc.md)."""
     n, d = a.shape[0], a.shape[2]
     x, y = np.zeros(d), np.zeros(d)
     h, z = np.zeros((n, d)), np.zeros((n, d))

@@ -1,6 +1,6 @@
-"""Server optimizers: FedAvgM, FedAdam, FedYogi, FedAdagrad (ALGORITHMS.md 4.1/4.2) and FedAdamom (4.3).
+"""Server optimizers: FedAvgM, FedAdam, FedYogi, FedAdagrad and FedAdamom.
 
-Sanity properties of section 7: items 11, 12 (a-d) and 13, on the server rules directly (hand-made
+Properties V11, V12 (a-d) and V13 of docs/verification.md, on the server rules directly (hand-made
 deltas) and through the runtime on the float64 least-squares problem.
 """
 
@@ -91,7 +91,7 @@ def test_empty_round_changes_nothing(name):
     assert all(torch.equal(after[k], server[k]) for k in server)  # no step, no moment decay
 
 
-# ------------------------------------------------------------------------------------- item 11
+# ---------------------------------------------------------------------------------------- V11
 
 
 def test_fedavgm_beta0_is_fedavg_with_server_lr():
@@ -111,7 +111,7 @@ def test_fedavgm_is_undamped_heavy_ball():
         assert torch.allclose(server["x"] - x_before, 2.0 * m, rtol=0, atol=1e-14)
 
 
-# ------------------------------------------------------------------------------------- item 13
+# ---------------------------------------------------------------------------------------- V13
 
 
 def test_fedadam_beta0_is_sign_step():
@@ -183,7 +183,7 @@ def test_bias_correction_makes_the_first_adam_step_a_unit_step():
     assert torch.allclose(plain["x"], 0.5 * 0.1 * d / (0.1 * d.abs() + 1e-3), rtol=1e-13, atol=0)
 
 
-# ------------------------------------------------------------------------------------- item 12
+# ---------------------------------------------------------------------------------------- V12
 
 
 def test_fedadamom_equal_magnitudes_give_fedavg_steps():

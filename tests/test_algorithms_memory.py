@@ -1,7 +1,7 @@
-"""MIFA, FedVARP (ALGORITHMS.md 3.4/3.5), FedAU (3.2) and FedAWE (3.3) on float64 least squares.
+"""MIFA, FedVARP, FedAU and FedAWE on float64 least squares.
 
-Section 7 items 4-7 (reductions to FedAvg), 9 (FedVARP invariant), 14/16 (the biased fixed point
-x_FA), 18 (FedAU's expected update), plus the per-round bookkeeping of each algorithm.
+Properties of docs/verification.md: V4-V7 (reductions to FedAvg), V9 (FedVARP invariant), V14/V16 (the biased
+fixed point x_FA), V18 (FedAU's expected update), plus the per-round bookkeeping of each algorithm.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def ids(algos):
 @pytest.mark.parametrize(("steps", "rounds"), [(5, 15), (1, 10)], ids=["K5", "K1"])
 @pytest.mark.parametrize("algo", MEMORY_LIKE, ids=ids(MEMORY_LIKE))
 def test_full_participation_equals_fedavg(algo, steps, rounds):
-    """Items 5, 6, 7: every memory is refreshed each round, omega = 1, c_i = 1 and x~_i = x; with K = 1
-    this is item 4 for these algorithms."""
+    """V5, V6, V7: every memory is refreshed each round, omega = 1, c_i = 1 and x~_i = x; with K = 1
+    this is V4 for these algorithms."""
     common = (*B, f"run.rounds={rounds}", f"local.steps={steps}", "local.lr=0.3")
     assert np.abs(run_single(config(algo, *common)).x - run_single(config("fedavg", *common)).x).max() < 1e-12
 
@@ -130,7 +130,7 @@ def test_mifa_paper_form_waits_until_every_client_reported():
 
 
 def test_fedvarp_mean_memory_invariant_every_round():
-    """Item 9: Ybar = (1/N) sum_i Y_i after every round, with empty rounds in the pattern."""
+    """V9: Ybar = (1/N) sum_i Y_i after every round, with empty rounds in the pattern."""
     mask = bernoulli_trace(25, 0.3, seed=2)
     assert not mask.any(axis=1).all()  # at least one empty round
     fed = federation(config("fedvarp", *B, "run.rounds=25"), mask)
@@ -192,7 +192,7 @@ def test_fedau_interval_estimates_approach_inverse_probabilities():
 
 
 def test_fedau_expected_update_is_unbiased_with_inverse_probability_weights():
-    """Item 18, exactly: enumerate all 2^N participation sets (K = 1, independent Bernoulli p_i).
+    """V18, exactly: enumerate all 2^N participation sets (K = 1, independent Bernoulli p_i).
 
     With omega_i = 1/p_i (FedAU's limit) the expected server step is -eta_g eta_l grad f(x); FedAvg's
     average_all step is -eta_g eta_l (1/N) sum_i p_i grad f_i(x), biased toward frequent clients.

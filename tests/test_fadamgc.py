@@ -1,4 +1,4 @@
-"""FAdamGC (ALGORITHMS.md section 5) on the least-squares task of section 7."""
+"""FAdamGC on the least-squares task of docs/verification.md."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from fedrun.config import ConfigError
 
 @pytest.mark.parametrize("persist", [False, True])
 def test_matches_reference_pseudocode(persist):
-    """The rules equal a numpy transcription of section 5 (partial participation, decaying lr)."""
+    """The rules equal a numpy transcription of the round rule (partial participation, decaying lr)."""
     cfg = config("fadamgc", "local.steps=3", "local.lr=0.05", "local.lr_schedule=inv_sqrt", global_lr=0.9,
                  persist_moments=persist)
     assert_matches_reference(cfg, bernoulli_trace(12, 0.5, seed=5), ref.fadamgc, persist=persist)
@@ -33,7 +33,7 @@ def test_matches_reference_pseudocode(persist):
 
 @pytest.mark.parametrize("persist", [False, True])
 def test_tracking_invariant_every_round(persist):
-    """Item 9: y = (1/N) sum_i y_i after every round (SCAFFOLD-style tracking, the default)."""
+    """V9: y = (1/N) sum_i y_i after every round (SCAFFOLD-style tracking, the default)."""
     trace = bernoulli_trace(20, 0.3, seed=3)
     assert_tracks_clients(federation(config("fadamgc", "local.lr=0.05", persist_moments=persist), trace), 20,
                           "y", "y_i")
@@ -55,7 +55,7 @@ def test_moments_persist_per_client_only_when_asked():
 
 
 def test_x_star_is_a_fixed_point():
-    """Item 17: at x* with y_i = grad f_i(x*) and y = 0 the corrected gradient vanishes; without the
+    """V17: at x* with y_i = grad f_i(x*) and y = 0 the corrected gradient vanishes; without the
     correction (y_i = 0, y = 0) local Adam leaves x*.
 
     eps = 0.1 keeps the fixed point stable in floating point: once |ghat| << eps the local step is
@@ -76,7 +76,7 @@ def test_x_star_is_a_fixed_point():
 
 @pytest.mark.parametrize("pattern", ["full", "bernoulli"])
 def test_persistent_moments_reach_x_star(pattern):
-    """Item 17: with persist_moments the iterates reach x* (K = 5, deterministic gradients)."""
+    """V17: with persist_moments the iterates reach x* (K = 5, deterministic gradients)."""
     rounds, lr = (150, 0.05) if pattern == "full" else (250, 0.01)
     cfg = config("fadamgc", f"local.lr={lr}", persist_moments=True)
     trace = None if pattern == "full" else bernoulli_trace(rounds, 0.4, seed=1)
@@ -85,7 +85,7 @@ def test_persistent_moments_reach_x_star(pattern):
 
 
 def test_reset_moments_with_large_eps_reach_x_star():
-    """Section 5 [NUM]: moments reset every round with eps = 0.1 also reach x*."""
+    """V17: moments reset every round with eps = 0.1 also reach x*."""
     cfg = config("fadamgc", "local.lr=0.1", eps=0.1)
     assert np.linalg.norm(run_rounds(federation(cfg), 80) - x_star(cfg)) < 1e-8
 
@@ -107,7 +107,7 @@ def test_mean_active_tracking():
 
 @pytest.mark.parametrize("tracking", ["scaffold", "mean_active"])
 def test_communication_per_active_client(tracking):
-    """Section 8: down 2 (x, y), up 2 (Delta x_i and Delta y_i, or y_i)."""
+    """Communication (docs/algorithms.md, "Summary"): down 2 (x, y), up 2 (Delta x_i and Delta y_i, or y_i)."""
     cfg = config("fadamgc", "run.rounds=3", "participation.pattern=uniform", "participation.clients_per_round=2",
                  tracking=tracking)
     for entry in run_single(cfg).metrics:

@@ -1,4 +1,4 @@
-"""FADAS (ALGORITHMS-BASELINES.md section 1): properties P-F1 .. P-F6 of section 5 on the server rule."""
+"""FADAS: properties P-F1 .. P-F6 of docs/verification.md on the server rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FAFED (ALGORITHMS-BASELINES.md section 3, partial-participation adaptation 3.5): P-A1 .. P-A6."""
+"""FAFED (fedrun's partial-participation adaptation): properties P-A1 .. P-A6 of docs/verification.md."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from fedrun.training.local import run_local
 
 
 def test_p_a1_storm_is_exact_for_identical_clients(tmp_path):
-    """Section 3.2's form (clients keep x_i^prev; full participation): m equals the gradient at the point it
+    """The original FAFED (clients keep x_i^prev; full participation): m equals the gradient at the point it
     steps from, so every round is K steps of x <- x - gamma grad f(x) / A. (The stateless default restarts
     y_prev at xbar and blends, m = alpha g(xbar) + (1 - alpha) mbar: P-A5.)"""
     path = identical_clients(tmp_path)

@@ -1,4 +1,4 @@
-"""FedAvg against its equations (ALGORITHMS.md 3.1, 7.1 item 1) on float64 least squares."""
+"""FedAvg against its equations (docs/algorithms.md; docs/verification.md, V1) on float64 least squares."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_k1_full_participation_is_gradient_descent():
 
 
 def test_k_steps_uniform_sampling_matches_reference_loop():
-    """K local steps on the sampled clients, uniform average, global lr (reference written from 3.1)."""
+    """K local steps on the sampled clients, uniform average, global lr (reference written from the equation)."""
     overrides = [*LEAST_SQUARES, "local.steps=4", "local.lr=0.2", "algorithm.global_lr=1.5",
                  "participation.pattern=uniform", "participation.clients_per_round=3", "run.rounds=25"]
     cfg = fedrun.load_config(None, overrides)

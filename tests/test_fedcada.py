@@ -1,4 +1,4 @@
-"""FedCAda (ALGORITHMS-BASELINES.md section 2, RECONSTRUCTED rule): properties P-C1 .. P-C5."""
+"""FedCAda (fedrun's update rule): properties P-C1 .. P-C5 of docs/verification.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FedSUM-B / FedSUM / FedSUM-CR (ALGORITHMS.md section 2) on the least-squares task of section 7."""
+"""FedSUM-B / FedSUM / FedSUM-CR on the least-squares task of docs/verification.md."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ IDS = ["fedsum_b", "fedsum", "fedsum_cr-cumulative", "fedsum_cr-constant"]
 
 
 def test_fedsum_b_full_participation_is_gradient_descent():
-    """Item 2: x+ = x - eta_g eta_l(t) K (1/N) sum_i grad f_i(x), here with a decaying eta_l(t)."""
+    """V2: x+ = x - eta_g eta_l(t) K (1/N) sum_i grad f_i(x), here with a decaying eta_l(t)."""
     cfg = config("fedsum_b", "local.steps=3", "local.lr=0.1", "local.lr_schedule=inv_sqrt", "run.rounds=12",
                  global_lr=0.7)
     got = run_single(cfg).x
@@ -43,7 +43,7 @@ def test_fedsum_b_full_participation_is_gradient_descent():
 
 
 def test_k1_collapse_under_partial_participation():
-    """Item 3: with K = 1 the local correction cannot act: FedSUM = FedSUM-B = FedSUM-CR (both forms)."""
+    """V3: with K = 1 the local correction cannot act: FedSUM = FedSUM-B = FedSUM-CR (both forms)."""
     trace = bernoulli_trace(30, 0.3, seed=3)
     assert not trace.any(axis=1).all(), "the trace should contain an empty round"
     runs = [per_round(federation(config(name, "local.steps=1", "local.lr=0.3", "local.lr_schedule=inv_sqrt",
@@ -54,7 +54,7 @@ def test_k1_collapse_under_partial_participation():
 
 @pytest.mark.parametrize(("name", "hp"), VARIANTS, ids=IDS)
 def test_k1_full_participation_equals_fedavg(name, hp):
-    """Item 4: K = 1 and full participation reduce to FedAvg (SGD with step eta_g eta_l)."""
+    """V4: K = 1 and full participation reduce to FedAvg (SGD with step eta_g eta_l)."""
     common = ("local.steps=1", "local.lr=0.2", "local.lr_schedule=inv_sqrt", "run.rounds=10")
     x_avg = run_single(config("fedavg", *common, global_lr=0.8)).x
     x = run_single(config(name, *common, global_lr=0.8, **hp)).x
@@ -63,7 +63,7 @@ def test_k1_full_participation_equals_fedavg(name, hp):
 
 @pytest.mark.parametrize(("name", "hp"), VARIANTS, ids=IDS)
 def test_matches_reference_pseudocode(name, hp):
-    """The rules equal a direct numpy transcription of 2.3-2.5 (partial participation, decaying lr)."""
+    """The rules equal a direct numpy transcription of the three round rules (partial participation, decaying lr)."""
     cfg = config(name, "local.steps=3", "local.lr=0.3", "local.lr_schedule=inv_sqrt", global_lr=0.9, **hp)
     assert_matches_reference(cfg, bernoulli_trace(12, 0.4, seed=5), ref.fedsum, variant=name,
                              cr_form=hp.get("cr_form", "cumulative"))
@@ -71,7 +71,7 @@ def test_matches_reference_pseudocode(name, hp):
 
 @pytest.mark.parametrize(("name", "hp"), VARIANTS, ids=IDS)
 def test_memory_sum_invariant_every_round(name, hp):
-    """Item 9: y = sum_i h_i after every round, including empty rounds and inactive clients."""
+    """V9: y = sum_i h_i after every round, including empty rounds and inactive clients."""
     trace = bernoulli_trace(25, 0.3, seed=3)
     fed = federation(config(name, "local.steps=3", "local.lr=0.2", **hp), trace)
     for t in range(25):
@@ -93,7 +93,7 @@ def _clients_and_ctx(fed, t, lr):
 
 @pytest.mark.parametrize("form", ["constant", "cumulative"])
 def test_cr_inversion_recovers_average_memory(form):
-    """Item 10 (constant lr): z_i - x^(t) = (eta_g eta_l K / N) sum_{s=a_i}^{t-1} y^(s), and the CR
+    """V10 (constant lr): z_i - x^(t) = (eta_g eta_l K / N) sum_{s=a_i}^{t-1} y^(s), and the CR
     correction is the mean of those y^(s) minus h_i. The cumulative form inverts the recursion for a
     decaying lr too: the correction is the c_s-weighted mean over s = a_i..t-1."""
     schedule = "constant" if form == "constant" else "inv_sqrt"
@@ -136,7 +136,7 @@ def test_cr_inversion_recovers_average_memory(form):
 @pytest.mark.parametrize("pattern", ["full", "bernoulli"])
 @pytest.mark.parametrize(("name", "hp"), VARIANTS[:3], ids=IDS[:3])
 def test_drift_free_reaches_x_star(name, hp, pattern):
-    """Item 15: K = 5, deterministic gradients, full and Bernoulli(0.4) participation reach x*."""
+    """V15: K = 5, deterministic gradients, full and Bernoulli(0.4) participation reach x*."""
     rounds = 100 if pattern == "full" else 150
     cfg = config(name, "local.lr=0.2", **hp)
     trace = None if pattern == "full" else bernoulli_trace(rounds, 0.4, seed=1)
@@ -145,14 +145,14 @@ def test_drift_free_reaches_x_star(name, hp, pattern):
 
 
 def test_fedavg_drifts_on_the_same_problem():
-    """Item 14 (contrast for item 15): FedAvg with K = 5 settles away from x* on this problem."""
+    """V14 (contrast for V15): FedAvg with K = 5 settles away from x* on this problem."""
     cfg = config("fedavg", "local.lr=0.2")
     assert np.linalg.norm(run_rounds(federation(cfg), 100) - x_star(cfg)) > 1e-2
 
 
 @pytest.mark.parametrize(("name", "hp"), VARIANTS, ids=IDS)
 def test_empty_round_stale_step_or_skip(name, hp):
-    """2.6: an empty S_t still steps along the stale y (default); skip_empty_rounds leaves x and y."""
+    """An empty S_t still steps along the stale y (default); skip_empty_rounds leaves x and y."""
     trace = np.ones((4, N), dtype=bool)
     trace[2] = False
     out = {}
@@ -173,7 +173,7 @@ def test_empty_round_stale_step_or_skip(name, hp):
 
 @pytest.mark.parametrize(("name", "hp"), VARIANTS, ids=IDS)
 def test_data_size_weighting_with_equal_sizes_is_uniform(name, hp):
-    """2.6 RECONSTRUCTED weighting: p_i = 1/N when every client holds as many examples."""
+    """data_size weighting (fedrun's extension): p_i = 1/N when every client holds as many examples."""
     trace = bernoulli_trace(10, 0.5, seed=2)
     runs = [per_round(federation(config(name, "local.lr=0.2", weighting=w, **hp), trace), 10)
             for w in ("uniform", "data_size")]
@@ -210,7 +210,8 @@ def test_data_size_weighting_rules_with_unequal_sizes():
     ("fedsum_b", {}, 5, 5), ("fedsum", {}, 5, 10), ("fedsum_cr", {"cr_form": "constant"}, 5, 5),
     ("fedsum_cr", {"cr_form": "cumulative"}, 5, 6)])
 def test_communication_per_active_client(name, hp, up, down):
-    """Section 8: up 1 vector; down 1 (FedSUM-B, CR; + the scalar C_t of the cumulative form), 2 (FedSUM)."""
+    """Communication (docs/algorithms.md, "Summary"): up 1 vector; down 1 (FedSUM-B, CR; + the scalar C_t of
+    the cumulative form), 2 (FedSUM)."""
     cfg = config(name, "run.rounds=3", "participation.pattern=uniform", "participation.clients_per_round=2",
                  **hp)
     for entry in run_single(cfg).metrics:

@@ -1,4 +1,4 @@
-"""Participation patterns, delay metrics and statistics (ALGORITHMS.md 1.1 and 1.2).
+"""Participation patterns, delay metrics and statistics (docs/participation.md).
 
 Deterministic patterns are checked exactly. Random ones are checked at fixed seeds against their
 definition with binomial bounds: |count - n p| <= Z sqrt(n p (1 - p)) with Z = 4.5 (a two-sided

@@ -1,4 +1,4 @@
-"""The same run on 1, 2 and 3 real MPI ranks gives the same final model (ARCHITECTURE.md seam 3)."""
+"""The same run on 1, 2 and 3 real MPI ranks gives the same final model (docs/design.md)."""
 
 from __future__ import annotations
 

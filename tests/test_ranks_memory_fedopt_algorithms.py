@@ -1,4 +1,4 @@
-"""Every algorithm of this branch gives the same model on 1 and 2 ranks (ARCHITECTURE.md seam 3).
+"""Every algorithm of this branch gives the same model on 1 and 2 ranks (docs/design.md).
 
 One ``mpiexec -n 2`` launch runs all configs (helpers.final_models); each is compared with the
 same config run in this process. Partial participation (3 of 6 clients) puts participants on both

@@ -1,4 +1,4 @@
-"""SCAFFOLD, original Option II and single-uplink form (ALGORITHMS.md section 3.6), on the section 7 task."""
+"""SCAFFOLD, original Option II and single-uplink form on the least-squares task (docs/verification.md)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def snapshot(fed):
 
 
 def test_single_uplink_equals_original_iterate_by_iterate():
-    """Item 8: same x, c and c_i after every round (partial participation, decaying lr, K = 5)."""
+    """V8: same x, c and c_i after every round (partial participation, decaying lr, K = 5)."""
     trace = bernoulli_trace(30, 0.4, seed=4)
     feds = [federation(config("scaffold", "local.lr=0.2", "local.lr_schedule=inv_sqrt", global_lr=0.8, form=form),
                        trace) for form in FORMS]
@@ -43,7 +43,7 @@ def test_single_uplink_equals_original_iterate_by_iterate():
 
 @pytest.mark.parametrize("form", FORMS)
 def test_control_variate_invariant_every_round(form):
-    """Item 9: c = (1/N) sum_i c_i after every round (empty rounds and inactive clients included)."""
+    """V9: c = (1/N) sum_i c_i after every round (empty rounds and inactive clients included)."""
     trace = bernoulli_trace(25, 0.3, seed=3)
     assert_tracks_clients(federation(config("scaffold", "local.lr=0.2", form=form), trace), 25, "c", "c_i")
 
@@ -58,7 +58,7 @@ def test_matches_reference_pseudocode(form):
 
 @pytest.mark.parametrize("form", FORMS)
 def test_k1_full_participation_equals_fedavg(form):
-    """Item 4: with K = 1 and full participation c = c_i cancel: SGD with step eta_g eta_l."""
+    """V4: with K = 1 and full participation c = c_i cancel: SGD with step eta_g eta_l."""
     common = ("local.steps=1", "local.lr=0.2", "local.lr_schedule=inv_sqrt", "run.rounds=10")
     x_avg = run_single(config("fedavg", *common, global_lr=0.8)).x
     x = run_single(config("scaffold", *common, global_lr=0.8, form=form)).x
@@ -68,7 +68,7 @@ def test_k1_full_participation_equals_fedavg(form):
 @pytest.mark.parametrize("pattern", ["full", "bernoulli"])
 @pytest.mark.parametrize("form", FORMS)
 def test_drift_free_reaches_x_star(form, pattern):
-    """Item 15: K = 5, deterministic gradients, full and Bernoulli(0.4) participation reach x*."""
+    """V15: K = 5, deterministic gradients, full and Bernoulli(0.4) participation reach x*."""
     rounds = 100 if pattern == "full" else 150
     cfg = config("scaffold", "local.lr=0.2", form=form)
     trace = None if pattern == "full" else bernoulli_trace(rounds, 0.4, seed=1)
@@ -91,7 +91,7 @@ def test_empty_round_leaves_server_state(form):
 
 @pytest.mark.parametrize(("form", "up"), [("original", 10), ("single_uplink", 5)])
 def test_communication_per_active_client(form, up):
-    """Section 8: down 2 (x, c); up 2 (Delta x_i, Delta c_i) or 1 (delta_i)."""
+    """Communication (docs/algorithms.md, "Summary"): down 2 (x, c); up 2 (Delta x_i, Delta c_i) or 1 (delta_i)."""
     cfg = config("scaffold", "run.rounds=3", "participation.pattern=uniform", "participation.clients_per_round=2",
                  form=form)
     for entry in run_single(cfg).metrics:

@@ -75,7 +75,7 @@ class Algorithm:
 
 
 def model_delta(local: LocalResult, down: dict[str, Tensor]) -> Tensor:
-    """Delta_i = x_i^(t,K) - x^(t), signed as movement (ALGORITHMS.md 0.2)."""
+    """Delta_i = x_i^(t,K) - x^(t), signed as movement (docs/algorithms.md)."""
     return local.x_end - down["x"]
 
 

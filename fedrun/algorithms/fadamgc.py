@@ -1,7 +1,7 @@
 """FAdamGC (Chen et al., arXiv 2502.02727 v3, "Gradient Correction in FL with Adaptive Optimization").
 
-ALGORITHMS.md section 5. A "pre-estimation" correction: the drift correction enters the gradient BEFORE
-the moments of the local AMSGrad optimizer.
+A "pre-estimation" correction: the drift correction enters the gradient BEFORE the moments of the local
+AMSGrad optimizer (docs/algorithms/fedsum_scaffold_fadamgc.md).
 
     Server: x, y (= (1/N) sum_i y_i).   Client i: y_i (persistent, init 0).   Down (x, y), up 2.
     local, k = 1..K from x_t:  ghat = g + y_t - y_i
@@ -10,15 +10,15 @@ the moments of the local AMSGrad optimizer.
     y_i_new = (1/K) sum_k g (raw gradients)
     x <- x + eta_g (1/|S_t|) sum_{S_t} (x_loc - x_t)
 
-RECONSTRUCTED choices, each an option:
+Choices fedrun makes where the paper is silent, each an option:
 
 * ``persist_moments`` (default false): m, v, vhat reset to 0 every round; true keeps them per client
   across rounds (also across rounds in which the client is inactive).
 * ``tracking`` (default ``scaffold``): y <- y + (1/N) sum_{S_t} (y_i_new - y_i), which keeps
-  y = (1/N) sum_i y_i (section 7, item 9); ``mean_active``: y <- mean_{S_t} y_i_new (the clients then
-  upload y_i_new instead of the difference; identical under full participation).
+  y = (1/N) sum_i y_i (docs/verification.md, V9); ``mean_active``: y <- mean_{S_t} y_i_new (the clients
+  then upload y_i_new instead of the difference; identical under full participation).
 
-Defaults beta1 = 0.9, beta2 = 0.999, eps = 1e-8, eta_g = 1 (RECONSTRUCTED: standard Adam values).
+Defaults beta1 = 0.9, beta2 = 0.999, eps = 1e-8, eta_g = 1 (standard Adam values; the paper gives none).
 An empty round leaves the server state unchanged.
 """
 

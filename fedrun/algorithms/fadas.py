@@ -1,8 +1,8 @@
-"""FADAS (Wang, Wang, Lu, Chen, ICML 2024; ALGORITHMS-BASELINES.md section 1).
+"""FADAS (Wang, Wang, Lu, Chen, ICML 2024; docs/algorithms/fadas_fedcada_fafed_async.md).
 
 Clients run plain local SGD and upload Delta_i = x_end - x_start (stateless). The server averages the
 updates it consumes (uniform mean) into Delta_t and takes one AMSGrad step with Adam's bias correction
-and the delay-adaptive factor lambda_t (1.2, 1.3):
+and the delay-adaptive factor lambda_t:
 
     m <- b1 m + (1-b1) Delta_t ; v <- b2 v + (1-b2) Delta_t^2 ; vhat <- max(vhat, v)   (uncorrected v)
     lambda_t = 1/tau_max if tau_max > tau_c else 1            (delay_rule "scale", official code)
@@ -12,7 +12,7 @@ and the delay-adaptive factor lambda_t (1.2, 1.3):
     otherwise (paper):                x <- x + eta lambda m / (sqrt(vhat) + eps)
 
 tau_max is the largest staleness of the consumed updates (``RoundContext.max_staleness``): 0 in synchronous
-rounds, where FADAS is server AMSGrad (FedAMS, 1.5); the buffered asynchronous mode of 1.4 is the runtime's
+rounds, where FADAS is server AMSGrad (FedAMS); the official code's buffered asynchronous mode is the runtime's
 ``asynchrony`` section (fedrun.federation.async_rounds). ``delay_adaptive = false`` is the official
 "FADAS without delay-adaptive" (lambda = 1). An empty round changes nothing (step count not advanced).
 Down 1 (x) / up 1 (Delta_i). Server state x, m, v, vhat (+ the step counter).
@@ -67,7 +67,7 @@ def delay_factor(hp: FADASHparams, tau_max: int) -> float:
 
 
 def amsgrad_step(hp: FADASHparams, server: dict[str, Tensor], delta: Tensor, lam: float) -> dict[str, Tensor]:
-    """One server step of section 1.2 on the mean update ``delta`` with delay factor ``lam``."""
+    """One AMSGrad server step (module docstring) on the mean update ``delta`` with delay factor ``lam``."""
     steps = server["steps"] + 1
     m = hp.beta1 * server["m"] + (1 - hp.beta1) * delta
     v = hp.beta2 * server["v"] + (1 - hp.beta2) * delta * delta

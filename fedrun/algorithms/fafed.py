@@ -1,5 +1,5 @@
-"""FAFED (Wu, Huang, Hu, Huang, AAAI 2023; ALGORITHMS-BASELINES.md section 3) in the spec's
-partial-participation adaptation (3.5, RECONSTRUCTED): local STORM momentum with a shared adaptive matrix
+"""FAFED (Wu, Huang, Hu, Huang, AAAI 2023) in fedrun's partial-participation adaptation
+(docs/algorithms/fadas_fedcada_fafed_async.md): local STORM momentum with a shared adaptive matrix
 A = sqrt(vbar) + rho, frozen during the round, and averaging of x, m, v at every round's end (q = K).
 
     Server: xbar, mbar, vbar, n (applied rounds). Client: none (default).   Down 3 (+ n) / up 3.
@@ -9,18 +9,18 @@ A = sqrt(vbar) + rho, frozen during the round, and averaging of x, m, v at every
         y_prev <- y ; y <- y - gamma eta_r m / A          (gamma = local.lr; eta_r = 1 for schedule constant)
     up (y - xbar, m, v);  xbar <- xbar + mean(y - xbar) ; mbar <- mean m ; vbar <- mean v
 
-Switches (Hparams, RECONSTRUCTED where the spec says so):
+Switches (Hparams; choices fedrun makes where the paper is silent):
 
 * ``bootstrap`` (how mbar, vbar and A are first set): ``round`` (default) -- the first applied round is an
   INIT round: each sampled client computes one gradient g at x_0 on the round's first minibatch and
   uploads (0, g, g^2); the server sets mbar = mean g, vbar = mean g^2 (so A = sqrt(v_0) + rho) and x stays
-  x_0 (the code's INIT; the runtime has one reduce per round, so the spec's "same round" bootstrap costs
-  one round without local steps). ``rho``: the spec's simpler alternative, round 0 runs with A = rho and
+  x_0 (the code's INIT; the runtime has one reduce per round, so a "same round" bootstrap costs
+  one round without local steps). ``rho``: the simpler alternative, round 0 runs with A = rho and
   each client's m starts from its own gradient (init_m restart).
 * ``init_m``: ``global`` (mbar, default) | ``restart`` (the client's own gradient on its first local
   minibatch, so the first step is plain g) | ``local`` (its own stored m_i, needs persist_client_state).
 * ``persist_client_state`` (default false): clients keep m_i and y_prev_i across rounds (a first
-  participation uses mbar, xbar); with full participation and init_m local this is section 3.2.
+  participation uses mbar, xbar); with full participation and init_m local this is the original FAFED.
 * ``ext`` (default 1, exact STORM; code drivers use 0.95), ``schedule`` constant (code) | cube_root
   (paper: eta_r = k0 / (w + r)^(1/3), alpha = min(1, c eta_{r-1}^2), r the global local-iteration index).
 
@@ -177,7 +177,7 @@ class FAFED(Algorithm):
 
     def after_round(self, down_next: dict[str, Tensor], state: dict[str, Tensor], active: Tensor,
                     ctx: RoundContext) -> dict[str, Tensor]:
-        """Section 3.2's sync: a participating worker's m_i becomes the averaged m (x_i^prev is kept)."""
+        """The original FAFED's sync: a participating worker's m_i becomes the averaged m (x_i^prev is kept)."""
         if not self.hp.persist_client_state or int(down_next["rounds"]) <= (self.hp.bootstrap == "round"):
             return state
         return {**state, "m_i": torch.where(rows(active), down_next["m"], state["m_i"])}

@@ -1,5 +1,5 @@
 """FedAdamom: server momentum with an adaptive, per-coordinate beta1 (Hou et al. CVPR 2026;
-ALGORITHMS.md section 4.3, confirmed against the official code's ``fedadamom`` branch).
+confirmed against the official code's ``fedadamom`` branch; docs/algorithms/fedopt_memory_fedau_fedawe.md).
 
     Delta_t = (1/|S_t|) sum_{i in S_t} Delta_i
     v       <- beta2 v + (1 - beta2) Delta_t^2           # updated BEFORE beta1_t: uses this round's Delta
@@ -8,8 +8,8 @@ ALGORITHMS.md section 4.3, confirmed against the official code's ``fedadamom`` b
     m       <- beta1_t * m + (1 - beta1_t) * Delta_t
     x       <- x + eta m                                 # no 1/sqrt(v), no bias correction; m_0 = v_0 = 0
 
-Guard (RECONSTRUCTED): vbar = 0 gives beta1_t = 0 (the code would divide 0/0).
-Empty S_t (RECONSTRUCTED): skip, nothing changes. Down 1 / up 1 (only the model is sent).
+Choices where the paper is silent: vbar = 0 gives beta1_t = 0 (the code would divide 0/0);
+an empty S_t is skipped, nothing changes. Down 1 / up 1 (only the model is sent).
 """
 
 from __future__ import annotations

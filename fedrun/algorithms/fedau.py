@@ -1,5 +1,5 @@
 """FedAU: weights from online estimates of each client's participation interval (Wang & Ji 2023;
-ALGORITHMS.md section 3.2, following the official code).
+following the official code; docs/algorithms/fedopt_memory_fedau_fedawe.md).
 
 Per client i, three scalars: ``gap`` (cnt_i, rounds since its last recorded interval), ``interval_sum``
 and ``interval_count``; omega_i = interval_sum / interval_count (1 before the first interval).

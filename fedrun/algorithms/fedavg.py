@@ -1,4 +1,4 @@
-"""FedAvg on the active clients (McMahan et al. 2017; ALGORITHMS.md section 3.1).
+"""FedAvg on the active clients (McMahan et al. 2017; docs/algorithms.md).
 
     x <- x + eta_g * sum_{i in S_t} w_i Delta_i
 

@@ -1,5 +1,5 @@
 """FedAWE: adaptive innovation echoing and implicit gossiping (Xiang et al. NeurIPS 2024;
-ALGORITHMS.md section 3.3, following the official code).
+following the official code; docs/algorithms/fedopt_memory_fedau_fedawe.md).
 
 Per client i (owner rank): its own model x~_i (x^(0) initially) and the echo multiplier c_i (1
 initially; rounds since its last participation, counting the current one).

@@ -1,5 +1,6 @@
-"""FedCAda (Zhou et al., arXiv 2405.11811; ALGORITHMS-BASELINES.md section 2): client-side Adam whose
-moments are averaged by the server. The update rule is RECONSTRUCTED (the method section was unreachable).
+"""FedCAda (Zhou et al., arXiv 2405.11811): client-side Adam whose moments are
+averaged by the server. The update rule is fedrun's choice (the paper's method section was not available;
+docs/algorithms/fadas_fedcada_fafed_async.md says what is known and why each choice).
 
     Server: x, mbar, vbar (3 model-sized vectors, mbar = vbar = 0) and n (applied rounds). Client: none.
     down (x, mbar, vbar, n)  -- 3 vectors (+ the round counter, one float)
@@ -11,7 +12,7 @@ moments are averaged by the server. The update rule is RECONSTRUCTED (the method
     up (y - x, m, v)  -- 3 vectors
     x <- x + eta_g mean(y - x) ; mbar <- mean m ; vbar <- mean v     (uniform mean over S_t; eta_g = 1)
 
-RECONSTRUCTED switches (Hparams): ``step_count`` (global | restart); ``adjustment`` a(n) for both
+Switches (Hparams): ``step_count`` (global | restart); ``adjustment`` a(n) for both
 denominators: none (default, a = 0) | inv_t a0/(n+1) | inv_sqrt_t a0/sqrt(n+1) | exp a0 exp(-n/t0), with
 ``adjust_a0`` = 1 and ``adjust_t0`` = T/10 when null; ``adjust_moments`` (both | m | v) says which
 denominators receive it; ``weighting`` uniform | data_size. An empty round changes nothing (n not advanced).
@@ -43,7 +44,7 @@ from fedrun.errors import require
 
 @dataclass
 class FedCAdaHparams:
-    global_lr: float = 1.0  # eta_g (spec: 1, plain averaging of the client models)
+    global_lr: float = 1.0  # eta_g (1: plain averaging of the client models)
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8

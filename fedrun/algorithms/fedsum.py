@@ -1,24 +1,25 @@
-"""FedSUM family: FedSUM-B, FedSUM and FedSUM-CR (You & Pu, arXiv 2512.18275; ALGORITHMS.md section 2).
+"""FedSUM family: FedSUM-B, FedSUM and FedSUM-CR (You & Pu, arXiv 2512.18275;
+docs/algorithms/fedsum_scaffold_fadamgc.md).
 
 "Stochastic Uplink-Merge": client i keeps h_i, its latest average of raw minibatch gradients, and
 uploads only the difference delta_i = h_i_new - h_i_old. The server keeps the SUM y = sum_i h_i of the
-latest h of every client (never-seen clients contribute h_i = 0) and steps along y / N (section 2.2,
-invariant y = sum_i h_i after every round). The three variants differ only in what a client uses for
+latest h of every client (never-seen clients contribute h_i = 0) and steps along y / N (invariant
+y = sum_i h_i after every round). The three variants differ only in what a client uses for
 the other clients' contribution during its local steps:
 
-* FedSUM-B (Algorithm 1, 2.3): no local moves; K minibatch gradients at x^(t).      down 1, up 1
-* FedSUM   (Algorithm 2, 2.4): the downloaded y^(t-1).                              down 2, up 1
-* FedSUM-CR(Algorithm 3, 2.5): ybar_i recovered from its stored model z_i = x^(a_i)  down 1 (+ C_t), up 1
+* FedSUM-B (Algorithm 1):  no local moves; K minibatch gradients at x^(t).      down 1, up 1
+* FedSUM   (Algorithm 2):  the downloaded y^(t-1).                              down 2, up 1
+* FedSUM-CR(Algorithm 3):  ybar_i recovered from its stored model z_i = x^(a_i)  down 1 (+ C_t), up 1
   and x^(t) by inverting the server recursion.
 
-RECONSTRUCTED scalings (2.1), shared by the three:
+Scalings fedrun chooses where the paper is silent (the doc says why), shared by the three:
 
     server:  y <- y + sum_{i in S_t} delta_i ;   x <- x - eta_g eta_l(t) K y / N
     local:   x_i <- x_i - (eta_l / N) (g_i + Y_i - h_i)      with Y_i = y^(t-1) (FedSUM) or ybar_i (CR)
 
-Options (2.6): ``skip_empty_rounds`` (default false: an empty round still takes the stale step along y),
-``weighting=data_size`` (RECONSTRUCTED, with p_i = n_i / sum_j n_j: the server adds N p_i delta_i to y and
-the local direction becomes p_i (g - h_i) + Y_i / N; with equal n_i it is the uniform algorithm).
+Options: ``skip_empty_rounds`` (default false: an empty round still takes the stale step along y),
+``weighting=data_size`` (fedrun's extension, with p_i = n_i / sum_j n_j: the server adds N p_i delta_i to y
+and the local direction becomes p_i (g - h_i) + Y_i / N; with equal n_i it is the uniform algorithm).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from fedrun.errors import require
 @dataclass
 class FedSumHparams:
     global_lr: float = 1.0  # eta_g
-    skip_empty_rounds: bool = False  # 2.6: default keeps the stale step x <- x - eta_g eta_l K y / N
-    weighting: Literal["uniform", "data_size"] = "uniform"  # 2.6 (data_size is RECONSTRUCTED)
+    skip_empty_rounds: bool = False  # default keeps the stale step x <- x - eta_g eta_l K y / N
+    weighting: Literal["uniform", "data_size"] = "uniform"  # data_size: fedrun's extension
 
     def check(self) -> None:
         require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
@@ -56,7 +57,7 @@ class FedSumHparams:
 
 @dataclass
 class FedSumCRHparams(FedSumHparams):
-    # 2.5: "cumulative" divides by C_t - C_{a_i} = sum_{s=a_i}^{t-1} eta_g eta_l(s) K / N and inverts the
+    # "cumulative" divides by C_t - C_{a_i} = sum_{s=a_i}^{t-1} eta_g eta_l(s) K / N and inverts the
     # server recursion exactly for any lr schedule (and skipped rounds); "constant" divides by
     # eta_g eta_l(t) K (t - a_i) / N, exact only when eta_l is constant and every round steps.
     cr_form: Literal["cumulative", "constant"] = "cumulative"
@@ -110,7 +111,7 @@ class _FedSumFamily(Algorithm):
         start = down["x"].expand(len(clients.ids), -1)
         if not self.moves:
             return LocalPlan(start=start, move=False)
-        # each step: x <- x - (eta_l / N)(g + Y_i - h_i)      (2.4: y_i = Y_i - h_i)
+        # each step: x <- x - (eta_l / N)(g + Y_i - h_i)      (y_i = Y_i - h_i)
         # weighted:  x <- x - eta_l (p_i (g - h_i) + Y_i / N) = x - eta_l (N p_i / N)(g + Y_i / (N p_i) - h_i)
         estimate = self.memory_estimate(down, state, clients, ctx)
         w = self.weights(clients, ctx)
@@ -140,9 +141,9 @@ class _FedSumFamily(Algorithm):
 
 
 class FedSumB(_FedSumFamily):
-    """FedSUM-B (Algorithm 1, section 2.3): h_i = mean of K minibatch gradients at x^(t); no local moves.
+    """FedSUM-B (Algorithm 1): h_i = mean of K minibatch gradients at x^(t); no local moves.
 
-    With full participation this is minibatch GD with step eta_g eta_l K (section 7, item 2).
+    With full participation this is minibatch GD with step eta_g eta_l K (docs/verification.md, V2).
     """
 
     name = "fedsum_b"
@@ -150,7 +151,7 @@ class FedSumB(_FedSumFamily):
 
 
 class FedSum(_FedSumFamily):
-    """FedSUM (Algorithm 2, section 2.4): the client downloads y^(t-1) and corrects with y_i = y - h_i."""
+    """FedSUM (Algorithm 2): the client downloads y^(t-1) and corrects with y_i = y - h_i."""
 
     name = "fedsum"
 
@@ -163,7 +164,7 @@ class FedSum(_FedSumFamily):
 
 
 class FedSumCR(_FedSumFamily):
-    """FedSUM-CR (Algorithm 3, section 2.5): the correction is recovered from the stored model.
+    """FedSUM-CR (Algorithm 3): the correction is recovered from the stored model.
 
     The server recursion x^(s+1) = x^(s) - c_s y^(s) gives
 
@@ -176,7 +177,7 @@ class FedSumCR(_FedSumFamily):
     * cumulative: C_t - C_{a_i}, with C_t = sum_{s<t} c_s sent down as a scalar and C at the last
       participation kept by the client (0 for a new client: average over rounds 0..t-1);
     * constant:   eta_g eta_l(t) K (t - a_i) / N (a new client, a_i = -1, divides by t + 1: it counts a
-      zero-contribution "round -1"; section 2.5 RECONSTRUCTED).
+      zero-contribution "round -1", fedrun's choice where the paper is silent).
 
     A non-positive denominator (t = 0 in the cumulative form, eta_l = 0) gives ybar_i = 0.
     a_i is the runtime's ``Clients.last_active`` (the round of the last participation, -1 if never).

@@ -1,7 +1,7 @@
-"""Memory of every client's latest update: MIFA (ALGORITHMS.md 3.5) and FedVARP (3.4).
+"""Memory of every client's latest update: MIFA (Gu et al. 2021) and FedVARP (Jhunjhunwala et al. 2022).
 
 The papers keep the memories G_i / Y_i on the server (N model-sized vectors). Here they are CLIENT
-entries, held by the rank that owns the client (ARCHITECTURE.md seam 2): a participant uploads the
+entries, held by the rank that owns the client (docs/design.md): a participant uploads the
 CHANGE of its memory, and the server keeps only the running sum (MIFA) or mean (FedVARP), which the
 sum of those changes updates exactly. So rank 0 never holds N x d, and each active client still sends
 one vector up and receives one down.
@@ -70,7 +70,7 @@ class MifaHparams:
 
 
 class Mifa(Algorithm):
-    """Section 3.5: G_i <- latest update of i; x <- x + eta_g (1/N) sum_{i=1..N} G_i, every round.
+    """MIFA: G_i <- latest update of i; x <- x + eta_g (1/N) sum_{i=1..N} G_i, every round.
 
     Server: x, g_sum = sum_i G_i (and the count of clients that have reported, with wait_all).
     Client (owner rank): G_i, zero-initialized. Upload: G_i^new - G_i^old (+ a first-report flag).
@@ -114,14 +114,14 @@ class Mifa(Algorithm):
 @dataclass
 class FedVarpHparams:
     global_lr: float = 1.0  # eta_g
-    form: Form = "code"  # paper: normalized pseudo-gradients (RECONSTRUCTED option for a varying eta_l)
+    form: Form = "code"  # paper: normalized pseudo-gradients (fedrun's option for a varying eta_l)
 
     def check(self) -> None:
         require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
 
 
 class FedVarp(Algorithm):
-    """Section 3.4 (SAGA-style):
+    """FedVARP (SAGA-style):
 
         v    = Ybar + (1/|S_t|) sum_{i in S_t} (Delta_i - Y_i)     # OLD Y_i and OLD Ybar
         Ybar <- Ybar + (1/N) sum_{i in S_t} (Delta_i - Y_i)         # keeps Ybar = (1/N) sum_i Y_i

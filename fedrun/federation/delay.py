@@ -1,11 +1,11 @@
-"""Delay (staleness) metrics of a participation sequence (ALGORITHMS.md 1.2).
+"""Delay (staleness) metrics of a participation sequence (docs/participation.md).
 
 For round t (0-based) with active set S_t::
 
     a_{i,t} = max{ j <= t : i in S_j }   (-1 if client i has not participated in rounds 0..t)
     tau_t   = max_i (t - a_{i,t})        (an active client has delay 0)
     tau_max = max_{s <= t} tau_s
-    tau_avg = (1/(t+1)) sum_{s <= t} tau_s                             (primary, RECONSTRUCTED)
+    tau_avg = (1/(t+1)) sum_{s <= t} tau_s                             (primary, fedrun's choice)
     tau_avg_client = (1/(N (t+1))) sum_{s <= t} sum_i (s - a_{i,s})   (alternative, logged too)
 
 All counters are int64, so resuming from ``state_dict`` continues bit for bit.

@@ -1,4 +1,4 @@
-"""Participation patterns: which clients take part in round t (ALGORITHMS.md 1.1, docs/participation.md).
+"""Participation patterns: which clients take part in round t (docs/participation.md).
 
 Every pattern is a deterministic function of ``(seed, t)`` and, for the two stateful patterns
 (``reshuffled_cyclic``, ``markov``), of its own small state. Each round's random draws come from a
@@ -201,7 +201,8 @@ class Sine(Bernoulli):
 
 
 def biased_probabilities(num_clients: int, floor: float = BIASED_FLOOR) -> np.ndarray:
-    """H.8 (RECONSTRUCTED): ``p_i = 0.50 - 0.05 floor((i-1)/11)`` for 1-based i, clipped at ``floor``.
+    """H.8 (continued past client 33, fedrun's choice): ``p_i = 0.50 - 0.05 floor((i-1)/11)``, 1-based i,
+    clipped at ``floor``.
 
     Up to N = 110 the clip never acts (client 110 gets 0.05); beyond, every client gets ``floor``.
     """
@@ -234,7 +235,7 @@ class Cyclic(Participation):
 class ReshuffledCyclic(Participation):
     """Case 4: blocks of S from a permutation that is redrawn when exhausted (one epoch per permutation).
 
-    RECONSTRUCTED straddling rule (S does not divide N): the block that runs past the end of the current
+    Straddling rule (fedrun's choice; S does not divide N): the block that runs past the end of the current
     permutation takes its r remaining clients, draws the new permutation (rng of the current round) and
     completes the block with the first S - r clients of the new permutation that are not already in the
     block. Those S - r clients count as the new epoch's first block: the new permutation is reordered to

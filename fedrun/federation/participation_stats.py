@@ -24,7 +24,7 @@ def describe(participation: Participation, rounds: int) -> dict[str, Any]:
     """Statistics of rounds 0..rounds-1 of ``participation`` (drawn on a rewound copy).
 
     Keys: pattern, num_clients, rounds, cohort_mean/min/max, empty_rounds, tau_max, tau_avg,
-    tau_avg_client (ALGORITHMS.md 1.2, at the last round), rate_min/mean/max (per-client fraction of
+    tau_avg_client (docs/participation.md, at the last round), rate_min/mean/max (per-client fraction of
     rounds active).
     """
     if rounds < 1:

@@ -18,7 +18,7 @@ class Logistic(nn.Module):
 
 
 class LinearNoBias(nn.Module):
-    """y = A x with the flat parameter vector equal to x (the least-squares task, ALGORITHMS.md 7)."""
+    """y = A x with the flat parameter vector equal to x (the least-squares task, docs/verification.md)."""
 
     def __init__(self, in_features: int) -> None:
         super().__init__()

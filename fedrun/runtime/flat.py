@@ -1,7 +1,7 @@
 """Flat buffers: named entries packed into one contiguous tensor, so a round needs one collective.
 
-ARCHITECTURE.md seam 5: uplinks are summed into one flat buffer per rank and reduced once; the
-downlink is one flat broadcast. No per-parameter calls and no pickled objects on the hot path.
+One collective per direction (docs/design.md): uplinks are summed into one flat buffer per rank and reduced
+once; the downlink is one flat broadcast. No per-parameter calls and no pickled objects on the hot path.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """State allocated from a declaration: the client store of a rank's block, and the server state.
 
-ARCHITECTURE.md seam 2: per-client state lives on the rank that owns the client, as named
+docs/design.md: per-client state lives on the rank that owns the client, as named
 ``[n_local, d]`` (vectors) and ``[n_local]`` (scalars) tensors; rank 0 holds only server entries.
 """
 

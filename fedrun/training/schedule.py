@@ -1,4 +1,4 @@
-"""Local learning-rate schedules, indexed by the global round t (ALGORITHMS.md 0.4 item 5)."""
+"""Local learning-rate schedules, indexed by the global round t and constant within a round."""
 
 from __future__ import annotations
 
