@@ -23,7 +23,7 @@ import numpy as np
 
 from fedrun.config import DataConfig
 from fedrun.data.dataset import TaskData
-from fedrun.errors import DataError
+from fedrun.errors import ConfigError, DataError
 
 Partitioner = Callable[[TaskData, DataConfig, int], list[np.ndarray]]
 
@@ -114,8 +114,7 @@ PARTITIONERS: dict[str, Partitioner] = {
 def partition(task: TaskData, cfg: DataConfig, seed: int) -> list[np.ndarray]:
     """Index arrays into ``task.x_train``, one per client; every client holds >= 1 example."""
     if cfg.partition not in PARTITIONERS:
-        raise DataError(f"data.partition: expected one of {', '.join(sorted(PARTITIONERS))}, "
-                        f"got {cfg.partition!r}")
+        raise ConfigError(f"data.partition: expected one of {', '.join(PARTITIONERS)}, got {cfg.partition!r}")
     if cfg.num_clients > len(task.y_train):
         raise DataError(f"data.num_clients={cfg.num_clients}: more clients than the "
                         f"{len(task.y_train)} training examples")
