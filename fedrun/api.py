@@ -15,6 +15,7 @@ import torch.distributed as dist
 from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
 from fedrun.errors import CheckpointWriteError, NumericalError, RunInterrupted, exit_code, one_line
 from fedrun.federation.loop import RunResult, train
+from fedrun.metrics.log import json_line
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
 
@@ -111,4 +112,4 @@ def write_result(run_dir: Path, metrics: list[dict]) -> None:
         if "test_loss" in entry:
             final.update({k: v for k, v in entry.items() if k.startswith("test_")})
             break
-    (run_dir / "result.json").write_text(json.dumps(final, indent=1) + "\n")
+    (run_dir / "result.json").write_text(json.dumps(json.loads(json_line(final)), indent=1) + "\n")

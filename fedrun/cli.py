@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", help="save a clients x rounds picture of who participated when")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. participation.pattern=p3")
     sub.add_parser("sweep", help="run a sweep file as a Slurm job array via submitit (fedrun sweep --help)")
-    sub.add_parser("report", help="tables and plots of a finished sweep directory (fedrun report --help)")
+    sub.add_parser("report", help="tables and plots of a sweep directory or one run directory (fedrun report --help)")
     p = sub.add_parser("data", help="per-client statistics of the data partition, without training")
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--png", help="save the per-client label distribution (stacked bars and a bubble chart)")

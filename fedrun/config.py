@@ -104,6 +104,10 @@ class DataConfig:
     shards_per_client: int = 2  # shards: label-sorted shards per client (McMahan et al. 2017 use 2)
     size_sigma: float = 1.0  # size_skew: std of the log of the client sizes (lognormal); 0: equal sizes
     test_fraction: float = 0.2  # held-out share for datasets without a test split
+    # per-client test data (docs/evaluation.md): each client's held-out share of its examples, split
+    # before training (seeded by seed and client id); LEAF data with its own per-user test split uses
+    # that split instead. 0 (default): no per-client test data, no per-client evaluation
+    client_test_fraction: float = 0.0
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     least_squares: LeastSquaresConfig = field(default_factory=LeastSquaresConfig)
 
@@ -114,6 +118,8 @@ class DataConfig:
                 self.shards_per_client)
         require(self.size_sigma >= 0, "data.size_sigma", "a number >= 0", self.size_sigma)
         require(0 < self.test_fraction < 1, "data.test_fraction", "a number in (0, 1)", self.test_fraction)
+        require(0 <= self.client_test_fraction < 1, "data.client_test_fraction",
+                "a number in [0, 1) (0: no per-client evaluation)", self.client_test_fraction)
 
 
 @dataclass
@@ -185,10 +191,19 @@ class ParticipationConfig:
 class EvalConfig:
     every: int = 10  # evaluate the global model on the test set every this many rounds (and at the end)
     batch_size: int = 1000
+    # personalization (needs data.client_test_fraction > 0): also evaluate each client's model after this
+    # many local steps from the global model on its own training data (0: global model only)
+    finetune_steps: int = 0
 
     def check(self) -> None:
         require(self.every >= 0, "eval.every", "an integer >= 0 (0: only at the end)", self.every)
         require(self.batch_size >= 1, "eval.batch_size", "an integer >= 1", self.batch_size)
+        require(self.finetune_steps >= 0, "eval.finetune_steps", "an integer >= 0", self.finetune_steps)
+
+
+@dataclass
+class MetricsConfig:
+    tensorboard: bool = False  # also write TensorBoard event files under <run.dir>/tensorboard
 
 
 @dataclass
@@ -248,8 +263,15 @@ class Config:
     participation: ParticipationConfig = field(default_factory=ParticipationConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     asynchrony: AsyncConfig = field(default_factory=AsyncConfig)
+
+    def check(self) -> None:
+        """Checks across sections (each section has checked its own fields first)."""
+        require(self.eval.finetune_steps == 0 or self.data.client_test_fraction > 0, "eval.finetune_steps",
+                "0 unless data.client_test_fraction > 0 (personalized models are evaluated on per-client "
+                "test data)", self.eval.finetune_steps)
 
     def run_dir(self) -> Path:
         return Path(self.run.dir.format(name=self.run.name, seed=self.run.seed))

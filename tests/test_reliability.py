@@ -143,8 +143,8 @@ def test_nonfinite_upload_stops_with_status_3_naming_round_and_client(tmp_path):
     assert proc.returncode == 3, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    # cyclic with S=2: clients 0,1 in round 0, then 2,3 in round 1: client 3 (rank 1's block) diverges
-    assert lines[0].startswith("fedrun: error: round 1: client 3 uploaded a non-finite update"), lines[0]
+    # cyclic with S=2: clients 0,1 in round 1, then 2,3 in round 2: client 3 (rank 1's block) diverges
+    assert lines[0].startswith("fedrun: error: round 2: client 3 uploaded a non-finite update"), lines[0]
     latest = find_latest_valid(run)
     assert latest is not None and checkpoint_round(latest) == 1  # the last good round's checkpoint
     with CheckpointReader(latest) as reader:
@@ -199,7 +199,7 @@ def test_checkpoint_that_cannot_be_written_keeps_the_previous_one(tmp_path):
     assert proc.returncode == 1, proc.stderr
     line = proc.stderr.strip()
     assert "\n" not in line and "Traceback" not in line, proc.stderr
-    assert line.startswith("fedrun: error: checkpoint of round 4") and "File too large" in line, line
+    assert line.startswith("fedrun: error: checkpoint after round 4") and "File too large" in line, line
     assert "earlier checkpoints are intact" in line
     assert find_latest_valid(run) == first[0] and first[0].read_bytes() == digest
     assert not list(run.glob(".ckpt_*.tmp"))  # the failed temporary is gone

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -100,7 +101,10 @@ def test_sigterm_writes_a_checkpoint_and_exits_75(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err
     state = final_state(run)
-    assert state["meta/round"] == len(log.read_text().splitlines()) >= 5
+    done = len(log.read_text().splitlines())
+    assert state["meta/round"] == done >= 5
+    assert [json.loads(line)["round"] for line in log.read_text().splitlines()] == list(range(1, done + 1))
+    assert f"stopped by a signal after round {done};" in err and f"ckpt_{done:08d}.h5" in err, err
     assert "resume with --resume auto" in err
 
 

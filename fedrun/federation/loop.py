@@ -27,8 +27,11 @@ from fedrun.errors import ConfigError, RunInterrupted
 from fedrun.federation import snapshot
 from fedrun.federation.build import RunState, Setup, build
 from fedrun.federation.exchange import STOP_SIGNAL
-from fedrun.federation.rounds import run_round
+from fedrun.federation.rounds import CLIENT_ARRAYS, run_round
 from fedrun.metrics.log import MetricsLog, Progress
+from fedrun.metrics.per_client import ClientMetricsFile
+from fedrun.metrics.tensorboard import TensorBoardLog
+from fedrun.runtime.provenance import provenance
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World
 
@@ -58,19 +61,23 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
                           "--resume auto or choose another run.dir")
     setup, state = build(cfg, world, run_dir)
     metrics = MetricsLog(run_dir if world.is_root else None)
-    resume_s = None
+    resume_s, resumed = None, None
     if resume is not None:
         started = time.perf_counter()
         path = snapshot.locate(setup, resume)
         if path is not None:
             snapshot.restore(setup, state, path)
+            resumed = state.next_round
             metrics.sync(state.metrics)
             resume_s = time.perf_counter() - started
             if world.is_root and progress:
-                print(f"fedrun: resumed from {path} at round {state.next_round}", flush=True)
+                print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
     if run_dir is not None and world.is_root:
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
     runtime = RuntimeLog(setup, state, run_dir, resume_s)
+    root_dir = run_dir if world.is_root else None
+    clients = ClientMetricsFile(root_dir, setup.client_eval.counts, resumed) if setup.client_eval else None
+    board = TensorBoardLog(root_dir if cfg.metrics.tensorboard else None, state.next_round + 1)
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
         print(f"fedrun: local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
@@ -79,9 +86,13 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     with signals or StopSignals() as signals:
         for t in range(state.next_round, cfg.run.rounds):
             entry = run_round(setup, state, t, stop_requested=signals.requested)
+            arrays = entry.pop(CLIENT_ARRAYS, None)
             if world.is_root:
                 state.metrics.append(entry)
                 metrics.sync(state.metrics)
+                if clients is not None and arrays:
+                    clients.append(entry["round"], arrays)
+                board.write(entry, arrays)
                 if bar is not None:
                     bar.update(entry)
             stop = setup.exchange.stop_code() == STOP_SIGNAL
@@ -91,21 +102,25 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
                 path = snapshot.save(setup, state)
                 runtime.checkpoint_written(t + 1, path, time.perf_counter() - started)
                 if stop:
-                    raise RunInterrupted(f"stopped by a signal after round {t}; checkpoint {path}; "
+                    raise RunInterrupted(f"stopped by a signal after round {t + 1}; checkpoint {path}; "
                                          "resume with --resume auto")
+    board.close()
     runtime.finish()
     x = setup.exchange.global_model().detach().cpu().numpy().copy()
     return RunResult(x=x, metrics=state.metrics if world.is_root else [], config=cfg, rank=world.rank)
 
 
 class RuntimeLog:
-    """``runtime.json`` in the run directory: ranks, device, placement and blocks, the local strategy and its
-    timings, checkpoint write times and sizes, and every rank's peak resident memory at the end."""
+    """``runtime.json`` in the run directory: provenance (versions, git commit, hosts, Slurm ids, command
+    line, start time; :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks,
+    the local strategy and its timings, checkpoint write times and sizes, and every rank's peak resident
+    memory at the end."""
 
     def __init__(self, setup: Setup, state: RunState, run_dir: Path | None, resume_s: float | None) -> None:
         self.world = setup.world
         self.path = None if run_dir is None or not self.world.is_root else run_dir / "runtime.json"
         self.data: dict[str, Any] = {
+            "provenance": provenance(self.world),  # collective: the ranks' host names
             "ranks": self.world.size, "device": str(self.world.device), "backend": self.world.backend,
             "placement": setup.placement, "blocks": setup.blocks, "dim": setup.dim,
             "client_state_bytes_per_rank": state.clients.nbytes,

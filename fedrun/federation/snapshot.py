@@ -81,10 +81,10 @@ def save(setup: Setup, state: RunState) -> Path | None:
     if world.size > 1:
         dist.broadcast(failed, src=0)
     if error is not None:
-        raise CheckpointWriteError(f"checkpoint of round {next_round} in {setup.run_dir} failed: {error}; "
+        raise CheckpointWriteError(f"checkpoint after round {next_round} in {setup.run_dir} failed: {error}; "
                                    "the earlier checkpoints are intact") from None
     if failed.item():
-        raise CheckpointWriteError(f"checkpoint of round {next_round} failed on rank 0")
+        raise CheckpointWriteError(f"checkpoint after round {next_round} failed on rank 0")
     return path
 
 

@@ -1,4 +1,6 @@
-"""Per-round metrics (``metrics.jsonl``), the resolved config, and the progress line (rank 0 only)."""
+"""Per-round metrics (``metrics.jsonl``), the resolved config, and the progress line (rank 0 only).
+
+Metrics files are standard JSON: a non-finite number (a NaN loss) is written as ``null``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,12 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+
+def json_line(record: dict[str, Any]) -> str:
+    """``record`` as one line of standard JSON (no ``NaN``/``Infinity`` tokens: non-finite numbers are null)."""
+    clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+    return json.dumps(clean, allow_nan=False)
 
 
 class MetricsLog:
@@ -25,10 +33,10 @@ class MetricsLog:
         if self.path is None:
             return
         if self._written is None or self._written > len(records):
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
+            self.path.write_text("".join(json_line(r) + "\n" for r in records))
         else:
             with self.path.open("a") as fh:
-                fh.writelines(json.dumps(r) + "\n" for r in records[self._written:])
+                fh.writelines(json_line(r) + "\n" for r in records[self._written:])
         self._written = len(records)
 
 
@@ -44,7 +52,7 @@ class Progress:
 
     def update(self, entry: dict[str, Any]) -> None:
         self.done_here += 1
-        t = entry["round"] + 1
+        t = entry["round"]  # counts from 1
         if t % self.every and t != self.total and "test_accuracy" not in entry:
             return
         per_round = (time.perf_counter() - self.start) / self.done_here
