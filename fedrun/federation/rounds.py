@@ -93,9 +93,9 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
         for name in (*(e.name for e in setup.decl.up), "loss"):
             state.clients.tensors[PENDING + name][rows] = 0
     delays = state.delay.update(arrived)
-    entry: dict[str, Any] = {"round": t, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
+    # user-visible rounds count from 1: the record of round r = t + 1 (README)
+    entry: dict[str, Any] = {"round": t + 1, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
                              "local_lr": lr, **delays}
-    entry["round"] = t + 1  # user-visible rounds count from 1: the record of round r = t + 1 (README)
     if skip:
         entry["dropped_clients"] = dropped
     entry.update(state.schedule.end(t, step, down["x"]))
