@@ -6,14 +6,13 @@ import copy
 import fcntl
 import json
 import os
-import sys
 from pathlib import Path
 from typing import IO
 
 import torch.distributed as dist
 
 from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
-from fedrun.errors import CheckpointWriteError, NumericalError, RunInterrupted, exit_code, one_line
+from fedrun.errors import exit_code, one_line, raised_on_every_rank, report
 from fedrun.federation.loop import RunResult, train
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
@@ -21,13 +20,15 @@ from fedrun.runtime.world import World, init_world
 
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),
         world: World | None = None, progress: bool = False, write_files: bool = True,
-        resume: str | None = None, signals: StopSignals | None = None) -> RunResult:
+        resume: str | None = None, signals: StopSignals | None = None,
+        accept_changes: tuple[str, ...] = ()) -> RunResult:
     """Run one experiment in this process (single rank, or this rank of an MPI launch).
 
     ``config`` is a :class:`Config`, a dict of sections, or a YAML path. On rank 0 the result holds
     the final global model as a flat numpy array and the per-round metrics; other ranks get the model
     and no metrics. With ``write_files`` the run directory receives config.yaml, metrics.jsonl,
-    checkpoints and, at the end, result.json. ``resume``: "auto" or a checkpoint path.
+    checkpoints and, at the end, result.json. ``resume``: "auto" or a checkpoint path;
+    ``accept_changes``: trajectory settings allowed to differ from the checkpoint's (docs/reliability.md).
     """
     if isinstance(config, (str, Path)):
         cfg = load_config(config, overrides)
@@ -48,11 +49,12 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         if progress and world.is_root:
             print(f"fedrun: {cfg.algorithm.name} on {cfg.data.name}, {cfg.data.num_clients} clients, "
                   f"{world.size} rank(s) on {world.device}, run dir {run_dir}", flush=True)
-        result = train(cfg, world, run_dir, progress=progress, resume=resume, signals=signals)
+        result = train(cfg, world, run_dir, progress=progress, resume=resume, signals=signals,
+                       accept_changes=tuple(accept_changes))
         if run_dir is not None and world.is_root:
             write_result(run_dir, result.metrics)
     except BaseException as exc:
-        if isinstance(exc, (RunInterrupted, NumericalError, CheckpointWriteError)) and owns_world:
+        if raised_on_every_rank(exc) and owns_world:
             # every rank raised it after the same broadcast: leave together; rank 0 reports it once
             world.close()
         elif owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
@@ -61,7 +63,7 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
             if _lost_peer(exc):
                 message = ("lost contact with another rank (it died or failed; its message, if any, is above): "
                            + message)
-            print(f"fedrun[rank {world.rank}]: error: {message}", file=sys.stderr, flush=True)
+            report(f"fedrun[rank {world.rank}]: error: {message}")
             world.abort(exit_code(exc))
         raise
     finally:

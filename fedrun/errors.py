@@ -9,6 +9,7 @@ Every message is meant to be read as one line: it names the field or file and wh
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NUMERICAL, EXIT_REQUEUE = 0, 1, 2, 3, 75
@@ -54,6 +55,28 @@ class CheckpointWriteError(RunFailure):
 
 class RunInterrupted(Exception):
     """A stop signal arrived; the run wrote a checkpoint and can be resumed (exit status 75)."""
+
+
+def on_every_rank(exc: BaseException) -> BaseException:
+    """Mark ``exc`` as raised by every rank at the same point (after a broadcast of the same decision):
+    the ranks then leave together and rank 0 reports it once, instead of each rank aborting the job."""
+    exc.on_every_rank = True  # type: ignore[attr-defined]
+    return exc
+
+
+def raised_on_every_rank(exc: BaseException) -> bool:
+    return isinstance(exc, (RunInterrupted, NumericalError, CheckpointWriteError)) or getattr(
+        exc, "on_every_rank", False)
+
+
+def report(line: str) -> None:
+    """Write one line to stderr in one write and flush it: lines of several ranks sharing the launcher's pipe
+    never run together."""
+    try:
+        sys.stderr.write(" ".join(line.split()) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed: nothing left to tell
+        pass
 
 
 def exit_code(exc: BaseException) -> int:
