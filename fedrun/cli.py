@@ -41,6 +41,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from fedrun.checkpoint import CheckpointError, CheckpointReader, describe_checkpoint
+    from fedrun.federation.snapshot import check_layout
 
     print(describe_checkpoint(args.checkpoint))
     with CheckpointReader(args.checkpoint) as reader:  # a checksum failure is an error (exit status 2)
@@ -48,6 +49,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             reader.verify()
         except CheckpointError as exc:
             raise CheckpointError(f"{exc} (the listing above marks every failed dataset)") from None
+        check_layout(reader)  # so is a missing or misshapen dataset
+    print("  layout: complete (every dataset the algorithm, schedule and history need, with its shape)")
     return EXIT_OK
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 from helpers import REPO, child_env, final_state, metrics, mpiexec, run_ranks, train_args
@@ -147,3 +150,30 @@ def test_resume_accepts_changeable_settings_and_named_trajectory_changes_with_a_
     assert len(history) == 2 and history[-1]["trajectory"] == ["local.lr"]
     assert history[-1]["changes"]["local.lr"] == [0.05, 0.02] and history[-1]["after_round"] == 5
     assert final_state(run)["meta/round"] == 7
+
+
+def test_incomplete_checkpoint_is_named_by_inspect_and_resume_and_auto_falls_back(tmp_path):
+    run = tmp_path / "run"
+    extra = ["algorithm.name=scaffold", "checkpoint.every=2", "checkpoint.keep=5"]
+    run_ranks(0, train_args(run, 4, extra))
+    newest = run / "ckpt_00000004.h5"
+    misshapen = tmp_path / "misshapen.h5"
+    shutil.copy(run / "ckpt_00000002.h5", misshapen)
+    with h5py.File(newest, "r+") as f:  # every remaining dataset still verifies its checksum
+        del f["clients/c_i"]
+    with h5py.File(misshapen, "r+") as f:
+        del f["server/c"]
+        f["server/c"] = short = np.zeros(3)
+        f["server/c"].attrs["crc32"] = np.uint32(zlib.crc32(short.tobytes()))
+    cases = ((newest, "dataset clients/c_i is missing"), (misshapen, "server/c has shape (3,), expected (5,)"))
+    for path, needle in cases:
+        proc = run_ranks(0, ["-m", "fedrun", "inspect", str(path)], check=False)
+        assert proc.returncode == 2 and "checksums: all" in proc.stdout  # the checksums pass ...
+        assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr  # ... the layout does not
+        proc = run_ranks(2, [*train_args(run, 6, extra), "--resume", str(path)], check=False)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
+    proc = run_ranks(0, ["-m", "fedrun", "inspect", str(run / "ckpt_00000002.h5")])
+    assert "layout: complete" in proc.stdout
+    proc = run_ranks(0, train_args(run, 6, extra, resume=True))
+    assert "skipping checkpoint ckpt_00000004.h5" in proc.stdout and "clients/c_i is missing" in proc.stdout
+    assert final_state(run)["meta/round"] == 6 and final_state(run)["clients/c_i"].shape == (7, 5)
