@@ -14,6 +14,7 @@ import torch.distributed as dist
 from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
 from fedrun.errors import exit_code, one_line, raised_on_every_rank, report
 from fedrun.federation.loop import RunResult, train
+from fedrun.metrics.log import standard
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
 
@@ -113,4 +114,4 @@ def write_result(run_dir: Path, metrics: list[dict]) -> None:
         if "test_loss" in entry:
             final.update({k: v for k, v in entry.items() if k.startswith("test_")})
             break
-    (run_dir / "result.json").write_text(json.dumps(final, indent=1) + "\n")
+    (run_dir / "result.json").write_text(json.dumps(standard(final), indent=1, allow_nan=False) + "\n")

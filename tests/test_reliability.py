@@ -252,3 +252,38 @@ def test_object_array_npz_is_refused_without_unpickling(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"fedrun: error: {path}: array 'A' has object dtype; refusing to unpickle it "
                                    "(store numeric arrays)")
+
+
+def _strict_json(text: str):
+    def refuse(constant: str):
+        raise AssertionError(f"not standard JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_first_nonfinite_training_loss_stops_the_run_before_its_checkpoint(tmp_path):
+    """lr 30 on least squares: the loss ||A x - b||^2 overflows (inf) a round before the model does."""
+    run = tmp_path / "run"
+    args = [a for a in train_args(run, 60, "local.lr=30", "checkpoint.every=1") if a != "--quiet"]
+    proc = run_ranks(0, args, check=False)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and "non-finite update or training loss" in proc.stderr, proc.stderr
+    records = [_strict_json(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records and all(np.isfinite(r["train_loss"]) for r in records)
+    latest = find_latest_valid(run)
+    assert checkpoint_round(latest) == len(records) < 60  # no checkpoint of the round whose loss was not finite
+    with CheckpointReader(latest) as reader:
+        assert np.isfinite(reader.read("server/x")).all()
+    losses = [line.split(" | ")[1] for line in proc.stdout.splitlines() if line.startswith("round ")]
+    assert losses and all(len(loss) <= len("loss -1.234e+306") for loss in losses), losses[-3:]
+    assert any("e+" in loss for loss in losses), losses[-3:]  # large losses in exponent notation
+
+
+def test_metrics_and_result_hold_standard_json(tmp_path):
+    """Rounds without participants have no training loss (NaN in memory): null in the files."""
+    run = tmp_path / "run"
+    run_ranks(0, train_args(run, 12, "participation.pattern=bernoulli", "participation.probability=0.1"))
+    records = [_strict_json(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["train_loss"] is None for r in records) and any(r["train_loss"] is not None for r in records)
+    _strict_json((run / "result.json").read_text())
+    with CheckpointReader(list_checkpoints(run)[-1]) as reader:
+        assert [_strict_json(line) for line in reader.read("metrics/jsonl").splitlines()] == records

@@ -37,6 +37,7 @@ from fedrun.config import config_from_dict
 from fedrun.errors import CheckpointError, CheckpointWriteError, ConfigError
 from fedrun.federation.build import PENDING, RunState, Setup
 from fedrun.federation.delay import DelayTracker
+from fedrun.metrics.log import json_line
 from fedrun.protocol import Scalar, Vector
 
 _CHUNK_BYTES = 8 << 20  # rows of client state sent to rank 0 at a time
@@ -72,7 +73,7 @@ def save(setup: Setup, state: RunState) -> Path | None:
             attempt(writer.write, f"history/{name}", value)
         attempt(writer.write, "random/seed", np.int64(cfg.run.seed))
         attempt(writer.write, "runtime/strategy", state.strategy)
-        attempt(writer.write, "metrics/jsonl", "".join(json.dumps(r) + "\n" for r in state.metrics))
+        attempt(writer.write, "metrics/jsonl", "".join(map(json_line, state.metrics)))
     for entry in state.clients.entries:
         _gather_rows(setup, state, writer, entry.name, isinstance(entry, Vector), attempt)
     path = None
