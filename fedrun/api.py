@@ -12,7 +12,7 @@ from typing import IO
 import torch.distributed as dist
 
 from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
-from fedrun.errors import exit_code, one_line, raised_on_every_rank, report
+from fedrun.errors import DISK_ERRORS, RunFailure, exit_code, one_line, raised_on_every_rank, report, writing
 from fedrun.federation.loop import RunResult, train
 from fedrun.metrics.log import standard
 from fedrun.runtime.signals import StopSignals
@@ -90,6 +90,8 @@ def lock_run_dir(run_dir: Path) -> IO[str]:
         run_dir.mkdir(parents=True, exist_ok=True)
         fh = open(run_dir / ".lock", "a+")  # noqa: SIM115 - held for the whole run
     except OSError as exc:
+        if exc.errno in DISK_ERRORS:  # the file system fails, not the path: a runtime failure
+            raise RunFailure(f"cannot write {run_dir / '.lock'}: {exc.strerror}") from None
         raise ConfigError(f"run.dir={run_dir}: cannot create the run directory or its lock file "
                           f"({exc.strerror or exc})") from None
     try:
@@ -100,10 +102,15 @@ def lock_run_dir(run_dir: Path) -> IO[str]:
         fh.close()
         raise ConfigError(f"run.dir={run_dir}: in use by another live run (pid {holder}); wait for it to "
                           "end or choose another run.dir") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
+    try:
+        with writing(run_dir / ".lock"):
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{os.getpid()}\n")
+            fh.flush()
+    except RunFailure:
+        fh.close()
+        raise
     return fh
 
 
@@ -114,4 +121,5 @@ def write_result(run_dir: Path, metrics: list[dict]) -> None:
         if "test_loss" in entry:
             final.update({k: v for k, v in entry.items() if k.startswith("test_")})
             break
-    (run_dir / "result.json").write_text(json.dumps(standard(final), indent=1, allow_nan=False) + "\n")
+    with writing(run_dir / "result.json"):
+        (run_dir / "result.json").write_text(json.dumps(standard(final), indent=1, allow_nan=False) + "\n")

@@ -9,7 +9,10 @@ Every message is meant to be read as one line: it names the field or file and wh
 
 from __future__ import annotations
 
+import errno
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NUMERICAL, EXIT_REQUEUE = 0, 1, 2, 3, 75
@@ -51,6 +54,21 @@ class CheckpointWriteError(RunFailure):
 
     Every rank raises it after the same broadcast; the checkpoints written before are left intact.
     """
+
+
+# OS errors of a file system that fails the run, not of a path the user chose: exit status 1
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
+
+
+@contextmanager
+def writing(path: Any) -> Iterator[None]:
+    """Turn an OS error while writing the run-directory file ``path`` (full disk, quota, read-only or removed
+    directory) into a one-line :class:`RunFailure` naming the file and the error (exit status 1)."""
+    try:
+        yield
+    except OSError as exc:
+        raise RunFailure(f"cannot write {path}: {exc.strerror or exc}; the checkpoints written before are "
+                         "intact") from None
 
 
 class RunInterrupted(Exception):

@@ -287,3 +287,100 @@ def test_metrics_and_result_hold_standard_json(tmp_path):
     _strict_json((run / "result.json").read_text())
     with CheckpointReader(list_checkpoints(run)[-1]) as reader:
         assert [_strict_json(line) for line in reader.read("metrics/jsonl").splitlines()] == records
+
+
+# ---------------------------------------------------------------------- disk and file-system faults
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A 4 MiB tmpfs to fill up or make read-only (skipped where mounting is not allowed)."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip() or proc.returncode}): needs root or "
+                    "CAP_SYS_ADMIN")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(directory: Path) -> None:
+    """Write a filler file until the file system is full."""
+    with open(directory / "filler", "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+
+
+def _one_fault_line(proc, *needles: str) -> str:
+    line = proc.stderr.strip()
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "\n" not in line and "Traceback" not in line and "NoneType" not in line, proc.stderr[-2000:]
+    assert all(n in line for n in needles), line
+    return line
+
+
+def test_checkpoint_into_a_full_disk_names_the_file_and_the_error(tmpfs):
+    """The disk is already full when a checkpoint starts: the file cannot even be created."""
+    from helpers import BASE as LS_BASE
+    from helpers import federation
+
+    from fedrun.errors import CheckpointWriteError
+    from fedrun.federation import snapshot
+
+    fed = federation(LS_BASE | {"algorithm": {"name": "scaffold"}})
+    fed.round(0)
+    _fill(tmpfs)
+    fed.setup.run_dir = tmpfs
+    with pytest.raises(CheckpointWriteError) as info:
+        snapshot.save(fed.setup, fed.state)
+    assert "ckpt_00000001.h5" in str(info.value) and "No space left on device" in str(info.value), info.value
+    assert not list(tmpfs.glob("*ckpt*"))
+
+
+def test_full_disk_at_start_or_mid_run_ends_with_one_line_and_keeps_the_checkpoints(tmpfs):
+    run = tmpfs / "run"
+    run_ranks(0, train_args(run, 2, "checkpoint.every=1"))
+    before = {p.name: p.read_bytes() for p in list_checkpoints(run)}
+    _fill(tmpfs)
+    proc = run_ranks(2, [*train_args(run, 6, "checkpoint.every=1"), "--resume", "auto"], check=False)
+    _one_fault_line(proc, "No space left on device", str(run))
+    assert {p.name: p.read_bytes() for p in list_checkpoints(run)} == before
+    assert find_latest_valid(run) == run / "ckpt_00000002.h5"
+
+
+def _start_and_wait(run: Path, rounds_done: int) -> subprocess.Popen:
+    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, *train_args(run, 10**6, "checkpoint.every=1")],
+                            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list_checkpoints(run)) >= rounds_done, proc)
+    return proc
+
+
+def test_run_directory_made_read_only_or_moved_away_mid_run(tmpfs):
+    run = tmpfs / "run"
+    proc = _start_and_wait(run, 2)
+    # a read-only bind mount over the run directory (a remount of the tmpfs is refused while files are open)
+    subprocess.run(["mount", "--bind", str(run), str(run)], check=True)
+    for _ in range(100):  # refused (busy) while the run has a file of the directory open for writing
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(run)], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("could not make the run directory read-only")
+    out, err = proc.communicate(timeout=120)
+    _one_fault_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), "Read-only file system",
+                    str(run))
+    assert find_latest_valid(run) is not None  # the earlier checkpoints are intact
+    subprocess.run(["umount", str(run)], check=True)
+    run = tmpfs / "run2"
+    proc = _start_and_wait(run, 2)
+    run.rename(tmpfs / "moved")
+    out, err = proc.communicate(timeout=120)
+    _one_fault_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), "No such file or directory",
+                    str(run))
+    assert find_latest_valid(tmpfs / "moved") is not None

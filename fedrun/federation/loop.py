@@ -23,7 +23,7 @@ import torch
 
 from fedrun.checkpoint import list_checkpoints
 from fedrun.config import Config
-from fedrun.errors import CheckpointError, ConfigError, RunInterrupted, on_every_rank
+from fedrun.errors import CheckpointError, ConfigError, RunInterrupted, on_every_rank, writing
 from fedrun.federation import resume as resume_policy
 from fedrun.federation import snapshot
 from fedrun.federation.build import RunState, Setup, build
@@ -75,11 +75,13 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     if run_dir is not None and world.is_root:
         if path is not None:
             metrics.sync(state.metrics)
-            resume_policy.record(run_dir, changes, str(path), state.next_round)
+            with writing(run_dir / resume_policy.HISTORY):
+                resume_policy.record(run_dir, changes, str(path), state.next_round)
             if changes:
                 print(f"fedrun: resuming {path.name} with changed settings: {'; '.join(map(str, changes))} "
                       f"(recorded in {resume_policy.HISTORY})", flush=True)
-        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        with writing(run_dir / "config.yaml"):
+            (run_dir / "config.yaml").write_text(cfg.to_yaml())
     runtime = RuntimeLog(setup, state, run_dir, resume_s)
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
@@ -157,4 +159,5 @@ class RuntimeLog:
 
     def _write(self) -> None:
         if self.path is not None:
-            self.path.write_text(json.dumps(self.data, indent=1) + "\n")
+            with writing(self.path):
+                self.path.write_text(json.dumps(self.data, indent=1) + "\n")

@@ -110,13 +110,19 @@ def _gather_rows(setup: Setup, state: RunState, writer: CheckpointWriter | None,
             if rank == world.rank:
                 rows = local[start - first:end - first].contiguous()
                 if world.is_root:
-                    attempt(writer.write_rows, path, start, rows.cpu().numpy())
+                    attempt(_write_rows, writer, path, start, rows)
                 else:
                     dist.send(rows, dst=0)
             elif world.is_root:
                 rows = torch.empty((end - start, *row_shape), dtype=local.dtype, device=local.device)
-                dist.recv(rows, src=rank)
-                attempt(writer.write_rows, path, start, rows.cpu().numpy())
+                dist.recv(rows, src=rank)  # received even when the file failed: the sender must not block
+                attempt(_write_rows, writer, path, start, rows)
+
+
+def _write_rows(writer: CheckpointWriter | None, path: str, start: int, rows: torch.Tensor) -> None:
+    """Rows into the file; without a writer (its creation failed, the error is already recorded) nothing."""
+    if writer is not None:
+        writer.write_rows(path, start, rows.cpu().numpy())
 
 
 def _numpy_dtype(t: torch.Tensor) -> np.dtype:

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from fedrun.errors import writing
+
 
 def standard(value: Any) -> Any:
     """``value`` with every non-finite float (NaN, Inf) replaced by None, recursively: standard JSON has no
@@ -41,11 +43,12 @@ class MetricsLog:
         """Make the file hold exactly ``records`` (a resumed run's checkpoint records, then one more per round)."""
         if self.path is None:
             return
-        if self._written is None or self._written > len(records):
-            self.path.write_text("".join(map(json_line, records)))
-        else:
-            with self.path.open("a") as fh:
-                fh.writelines(map(json_line, records[self._written:]))
+        with writing(self.path):
+            if self._written is None or self._written > len(records):
+                self.path.write_text("".join(map(json_line, records)))
+            else:
+                with self.path.open("a") as fh:
+                    fh.writelines(map(json_line, records[self._written:]))
         self._written = len(records)
 
 

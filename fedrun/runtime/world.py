@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import sys
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,9 @@ class World:
     def abort(self, code: int = 1) -> None:
         """End every rank of the job now (used when one rank fails, so that no peer hangs)."""
         if self.comm is not None and self.size > 1:
+            # the caller printed fedrun's one line; MPICH would add "Abort(c) on node ...": keep stderr to that line
+            sys.stderr.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
             self.comm.Abort(code)
         os._exit(code)
 
