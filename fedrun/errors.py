@@ -13,6 +13,7 @@ import errno
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NUMERICAL, EXIT_REQUEUE = 0, 1, 2, 3, 75
@@ -116,3 +117,14 @@ def require(ok: bool, name: str, expected: str, got: Any) -> None:
     """Raise ``ConfigError("name: expected ..., got ...")`` unless ``ok``; used by every ``check``."""
     if not ok:
         raise ConfigError(f"{name}: expected {expected}, got {got!r}")
+
+
+def require_file(path: str | Path, expected: str, error: type[Exception] = DataError) -> Path:
+    """``path`` as a Path if it is a regular file; else ``error`` naming it: a directory and a missing file
+    each get their own line (``expected`` says what the file should be, e.g. "a .npz archive")."""
+    p = Path(path)
+    if p.is_dir():
+        raise error(f"{p}: is a directory, expected {expected}")
+    if not p.is_file():
+        raise error(f"{p}: file not found (expected {expected})")
+    return p
