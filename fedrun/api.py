@@ -16,7 +16,7 @@ from fedrun.errors import DISK_ERRORS, RunFailure, exit_code, one_line, raised_o
 from fedrun.federation.loop import RunResult, train
 from fedrun.metrics.log import standard
 from fedrun.runtime.signals import StopSignals
-from fedrun.runtime.world import World, init_world
+from fedrun.runtime.world import World, init_world, lost_ranks
 
 
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),
@@ -62,8 +62,10 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
             # one rank failed: end the whole job now, naming the rank, rather than let peers hang
             message = one_line(exc)
             if _lost_peer(exc):
-                message = ("lost contact with another rank (it died or failed; its message, if any, is above): "
-                           + message)
+                lost = lost_ranks(world)
+                message = (f"{'; '.join(lost)}; lost contact in a collective: {message}"
+                           if lost else "lost contact with another rank (it died or failed; its message, if any, "
+                           f"is above): {message}")
             report(f"fedrun[rank {world.rank}]: error: {message}")
             world.abort(exit_code(exc))
         raise

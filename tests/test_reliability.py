@@ -8,6 +8,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -87,16 +88,42 @@ def test_killed_rank_ends_the_job_within_60s_and_the_checkpoint_stays_valid(tmp_
     os.kill(pids[1], signal.SIGKILL)  # mid-round: the ranks are always in a round or a checkpoint
     out, err = proc.communicate(timeout=120)
     elapsed = time.monotonic() - start
-    said = out + err  # a surviving rank's one line (stderr) or mpiexec's "KILLED BY SIGNAL" banner (stdout)
-    print(f"\njob ended {elapsed:.2f} s after SIGKILL of rank 1, status {proc.returncode}")
+    print(f"\njob ended {elapsed:.2f} s after SIGKILL of rank 1, status {proc.returncode}: {err.strip()}")
     assert proc.returncode != 0
     assert elapsed < 60  # the issue's bound for "no hang" (a stuck collective would take run.timeout_s = 120 s)
-    banner = "BAD TERMINATION" in said and ("EXIT CODE: 9" in said or "KILLED BY SIGNAL: 9" in said)
-    assert "lost contact with another rank" in said or banner, said[-2000:]
+    # a survivor names the dead rank and its host, on one line (ranks and hosts come from the rendezvous store);
+    # MPICH's mpiexec may kill the survivors before they notice (a race no rank can win; in 1 of 5 tries here):
+    # then only its own banner (stdout, naming the pid and host) is left
+    lines = err.strip().splitlines()
+    if lines:
+        assert len(lines) == 1 and f"rank 1 on host {socket.gethostname()} died or stopped answering" in lines[0], err
+    else:
+        assert "BAD TERMINATION" in out and "EXIT CODE: 9" in out, out[-2000:]
     latest = find_latest_valid(run)
     assert latest is not None
     with CheckpointReader(latest) as reader:
         assert reader.meta["round"] == checkpoint_round(latest) >= 3
+
+
+def test_stopped_rank_is_named_within_the_timeout(tmp_path):
+    """SIGSTOP: nothing closes a socket; the peers give up after run.timeout_s and name the stopped rank."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable,
+                             *train_args(run, 10**6, "checkpoint.every=3", "run.timeout_s=5")],
+                            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list_checkpoints(run)) >= 1, proc)
+    pids = rank_pids(proc.pid)
+    start = time.monotonic()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.kill(pids[1], signal.SIGKILL)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0 and elapsed < 30, (proc.returncode, elapsed, err[-2000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"rank 1 on host {socket.gethostname()} died or stopped answering" in lines[0], err
+    assert "is stopped" in lines[0]
 
 
 def test_rank_that_raises_ends_the_job_naming_the_rank(tmp_path):
