@@ -11,6 +11,7 @@ validated against that algorithm's own ``Hparams`` dataclass (see ``fedrun.algor
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -286,7 +287,29 @@ class Config:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
+_SECTIONS = frozenset(f.name for f in dataclasses.fields(Config))
+
+
 # --------------------------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key repeated in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r} in one mapping "
+                                  "(YAML would keep the last one silently)")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML the safe way (no Python objects), with duplicate keys refused (:class:`ConfigError`)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -294,13 +317,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a directory, expected a YAML config file")
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
         try:
-            loaded = yaml.safe_load(path.read_text())
+            loaded = parse_yaml(path.read_text())
         except yaml.YAMLError as exc:
             first = str(exc).splitlines()[0]
             raise ConfigError(f"{path}: not valid YAML ({first})") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of sections at the top level")
         data = loaded or {}
@@ -318,9 +347,13 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     if not all(parts):
         raise ConfigError(f"override {item!r}: expected section.key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = parse_yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
+    except ConfigError as exc:
+        raise ConfigError(f"override {item!r}: {exc}") from None
+    if len(parts) == 1 and parts[0] in _SECTIONS and not isinstance(value, dict):
+        raise ConfigError(f"override {item!r}: {parts[0]} is a section; expected {parts[0]}.KEY=VALUE")
     node = data
     for part in parts[:-1]:
         child = node.setdefault(part, {})
@@ -425,11 +458,13 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads "1e-2" as a string
             try:
-                return float(value)
+                value = float(value)
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):  # .inf / .nan / 1e999 would pass every range check below
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

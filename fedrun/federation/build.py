@@ -26,6 +26,7 @@ from fedrun.data import load_task
 from fedrun.data.builtin import least_squares_x0
 from fedrun.data.client_block import ClientBlock
 from fedrun.data.partition import partition, split_client_tests
+from fedrun.data.sizes import check_memory
 from fedrun.errors import ConfigError
 from fedrun.federation.blocks import assign_blocks, round_work
 from fedrun.federation.client_eval import ClientEval
@@ -97,6 +98,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     """Construct the run on this rank (collective: every rank calls it)."""
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
     seed = cfg.run.seed
+    check_memory(cfg.data)  # before anything is allocated
     task = load_task(cfg.data, seed)
     parts = partition(task, cfg.data, seed)
     tests = None

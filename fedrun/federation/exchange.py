@@ -134,7 +134,7 @@ class Exchange:
             if nonfinite_all and not skip:
                 others = f" (and {nonfinite_all - 1} other client(s))" if nonfinite_all > 1 else ""
                 raise NumericalError(f"{label}: client {int(down['_bad_client'])} uploaded a non-finite update "
-                                     f"(NaN/Inf){others}; lower the learning rates or set "
+                                     f"or training loss (NaN/Inf){others}; lower the learning rates or set "
                                      "run.skip_nonfinite_clients=true")
             raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
         down_next = {k: v for k, v in down.items() if not k.startswith("_")}
@@ -144,14 +144,17 @@ class Exchange:
 
 def sum_uploads(up: dict[str, Tensor], loss: Tensor, ids: np.ndarray, skip: bool,
                 ) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
-    """Sum per-client uploads ``[C, ...]`` of clients ``ids``; the sums, the loss sum and a bool ``[C]``
-    mask of the uploads kept. A non-finite upload makes its sum non-finite: only then are single clients
-    looked at; with ``skip`` those are left out of the sums."""
+    """Sum per-client uploads ``[C, ...]`` and training losses ``[C]`` of clients ``ids``; the sums, the loss
+    sum and a bool ``[C]`` mask of the clients kept. A client whose upload or training loss is not finite
+    (the loss overflows before the model does: ||A x - b||^2 at |x| ~ 1e154 in float64) makes a sum
+    non-finite: only then are single clients looked at; with ``skip`` those are left out of the sums."""
     sums = {name: value.sum(dim=0) for name, value in up.items()}
+    loss_sum = loss.sum()
     kept = np.ones(len(ids), dtype=bool)
-    if not all(bool(torch.isfinite(value).all()) for value in sums.values()):
-        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in up.values()]).all(dim=0)
+    if not all(bool(torch.isfinite(value).all()) for value in (*sums.values(), loss_sum)):
+        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in (*up.values(), loss)])
+        finite = finite.all(dim=0)
         kept = finite.cpu().numpy()
         if skip:
             return {name: value[finite].sum(dim=0) for name, value in up.items()}, loss[finite].sum(), kept
-    return sums, loss.sum(), kept
+    return sums, loss_sum, kept

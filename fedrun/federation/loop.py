@@ -23,7 +23,8 @@ import torch
 
 from fedrun.checkpoint import list_checkpoints
 from fedrun.config import Config
-from fedrun.errors import ConfigError, RunInterrupted
+from fedrun.errors import CheckpointError, ConfigError, RunInterrupted, on_every_rank, writing
+from fedrun.federation import resume as resume_policy
 from fedrun.federation import snapshot
 from fedrun.federation.build import RunState, Setup, build
 from fedrun.federation.exchange import STOP_SIGNAL
@@ -45,13 +46,16 @@ class RunResult:
 
 
 def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True,
-          resume: str | None = None, signals: StopSignals | None = None) -> RunResult:
+          resume: str | None = None, signals: StopSignals | None = None,
+          accept_changes: tuple[str, ...] = ()) -> RunResult:
     """Run rounds ``start .. cfg.run.rounds - 1`` and return the final model and metrics.
 
     With a run directory, a checkpoint is written every ``checkpoint.every`` rounds, at the end, and
     when a stop signal arrives (then :class:`RunInterrupted` is raised after the checkpoint).
     ``resume``: ``"auto"`` (newest valid checkpoint of the run directory, if any) or a file path.
     ``signals``: stop-signal handlers installed by the caller (else installed for the rounds only).
+    A resumed run may change only the settings :mod:`fedrun.federation.resume` accepts, and those in
+    ``accept_changes``.
     """
     torch.set_num_threads(cfg.run.threads)
     # nothing in the run directory changes before the inputs are checked: a run that is refused, or that
@@ -59,21 +63,29 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     if resume is None and run_dir is not None and list_checkpoints(run_dir):
         raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
                           "--resume auto or choose another run.dir")
+    path, changes = None, []
+    if resume is not None:
+        path, changes = resume_point(cfg, world, run_dir, resume, accept_changes)
     setup, state = build(cfg, world, run_dir)
     metrics = MetricsLog(run_dir if world.is_root else None)
     resume_s, resumed = None, None
-    if resume is not None:
+    if path is not None:
         started = time.perf_counter()
-        path = snapshot.locate(setup, resume)
-        if path is not None:
-            snapshot.restore(setup, state, path)
-            resumed = state.next_round
-            metrics.sync(state.metrics)
-            resume_s = time.perf_counter() - started
-            if world.is_root and progress:
-                print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
+        snapshot.restore(setup, state, path)
+        resumed = state.next_round
+        resume_s = time.perf_counter() - started
+        if world.is_root and progress:
+            print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
     if run_dir is not None and world.is_root:
-        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        if path is not None:
+            metrics.sync(state.metrics)
+            with writing(run_dir / resume_policy.HISTORY):
+                resume_policy.record(run_dir, changes, str(path), state.next_round)
+            if changes:
+                print(f"fedrun: resuming {path.name} with changed settings: {'; '.join(map(str, changes))} "
+                      f"(recorded in {resume_policy.HISTORY})", flush=True)
+        with writing(run_dir / "config.yaml"):
+            (run_dir / "config.yaml").write_text(cfg.to_yaml())
     runtime = RuntimeLog(setup, state, run_dir, resume_s)
     root_dir = run_dir if world.is_root else None
     clients = ClientMetricsFile(root_dir, setup.client_eval.counts, resumed) if setup.client_eval else None
@@ -110,6 +122,27 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     return RunResult(x=x, metrics=state.metrics if world.is_root else [], config=cfg, rank=world.rank)
 
 
+def resume_point(cfg: Config, world: World, run_dir: Path | None, resume: str, accept_changes: tuple[str, ...],
+                 ) -> tuple[Path | None, list[resume_policy.Change]]:
+    """The checkpoint to resume from and the setting changes the resume policy accepts (rank 0's list).
+
+    Rank 0 decides and every rank learns the outcome, so that a refused checkpoint or setting is one line
+    (reported once) and every rank leaves together."""
+    found, changes, failure = None, [], None
+    if world.is_root:
+        try:
+            found = snapshot.locate(run_dir, resume)
+            if found is not None:
+                changes = resume_policy.check(snapshot.saved_config(found), cfg.to_dict(), accept_changes,
+                                              found.name)
+        except (ConfigError, CheckpointError) as exc:
+            failure = (type(exc), str(exc))
+    found, failure = world.broadcast_object((found, failure))
+    if failure is not None:
+        raise on_every_rank(failure[0](failure[1]))
+    return found, changes
+
+
 class RuntimeLog:
     """``runtime.json`` in the run directory: provenance (versions, git commit, hosts, Slurm ids, command
     line, start time; :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks,
@@ -141,4 +174,5 @@ class RuntimeLog:
 
     def _write(self) -> None:
         if self.path is not None:
-            self.path.write_text(json.dumps(self.data, indent=1) + "\n")
+            with writing(self.path):
+                self.path.write_text(json.dumps(self.data, indent=1) + "\n")
