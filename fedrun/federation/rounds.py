@@ -93,7 +93,7 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
         for name in (*(e.name for e in setup.decl.up), "loss"):
             state.clients.tensors[PENDING + name][rows] = 0
     delays = state.delay.update(arrived)
-    # user-visible rounds count from 1: the record of round r = t + 1 (README)
+    delays.pop("round")  # the tracker's own 0-based counter; user-visible rounds count from 1 (README)
     entry: dict[str, Any] = {"round": t + 1, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
                              "local_lr": lr, **delays}
     if skip:
