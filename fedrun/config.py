@@ -4,8 +4,9 @@ Every field has a type and a default; loading checks types, rejects unknown keys
 section's ``check`` so that a bad value fails before any rank starts training, with one line that
 names the field (``local.lr: expected a number > 0, got -1``).
 
-The ``algorithm`` section is open-ended: ``name`` selects an algorithm and the remaining keys are
-validated against that algorithm's own ``Hparams`` dataclass (see ``fedrun.algorithms``).
+The ``algorithm`` section is open-ended: ``name`` selects an algorithm (a registered name or a plugin's
+``package.module:Class``) and the remaining keys are validated against that algorithm's own ``Hparams``
+dataclass (see ``fedrun.algorithms``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import yaml
 
 from fedrun.algorithms import get_algorithm
 from fedrun.errors import ConfigError, require
+from fedrun.plugins import digests
 
 __all__ = ["Config", "ConfigError", "apply_override", "build_dataclass", "config_from_dict", "load_config"]
 
@@ -262,6 +264,12 @@ class Config:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def plugin_digests(self) -> dict[str, str]:
+        """``{field: "package.module:Attr@<sha256 of the module's source>"}`` for every registry field that
+        names a plugin (fedrun.plugins); a checkpoint records it, a resume compares it."""
+        return digests({"algorithm.name": self.algorithm.name, "model.name": self.model.name,
+                        "data.name": self.data.name, "participation.pattern": self.participation.pattern})
 
 
 # --------------------------------------------------------------------------------------------- loading

@@ -45,6 +45,9 @@ class Declaration:
     client: tuple[Entry, ...] = ()
     down: tuple[str, ...] = ("x",)
     up: tuple[Entry, ...] = ()
+    # the upload entry that carries the client's model delta (or a multiple of it), if any: the runtime's
+    # ``corruption`` option corrupts this entry of the chosen clients, without the algorithm knowing
+    model_delta: str | None = None
 
     def __post_init__(self) -> None:
         server_names = [e.name for e in self.server]
@@ -53,6 +56,8 @@ class Declaration:
         for name in self.down:
             if name not in server_names:
                 raise ValueError(f"downlink entry {name!r} is not a server entry")
+        if self.model_delta is not None and self.model_delta not in [e.name for e in self.up]:
+            raise ValueError(f"model_delta {self.model_delta!r} is not an upload entry")
         for group in (self.server, self.client, self.up):
             names = [e.name for e in group]
             if len(set(names)) != len(names):

@@ -1,6 +1,9 @@
-"""Algorithm registry: ``name -> Algorithm subclass``. One file per algorithm family."""
+"""Algorithm registry: ``name -> Algorithm subclass``. One file per algorithm family; ``algorithm.name``
+may also be ``package.module:Class``, an :class:`Algorithm` subclass outside fedrun (docs/extending.md)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from fedrun.algorithms.base import Algorithm
 from fedrun.algorithms.fadamgc import FAdamGC
@@ -15,6 +18,7 @@ from fedrun.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from fedrun.algorithms.fedsum import FedSum, FedSumB, FedSumCR
 from fedrun.algorithms.memory import FedVarp, Mifa
 from fedrun.algorithms.scaffold import Scaffold
+from fedrun.plugins import is_import_path, load
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
     FedAvg,
@@ -25,7 +29,12 @@ ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
-    """The class registered under ``name``; ``KeyError`` with the known names otherwise."""
+    """The class registered under ``name`` or imported from ``package.module:Class`` (``ConfigError``
+    naming ``algorithm.name`` when it cannot be); ``KeyError`` with the known names otherwise."""
+    if is_import_path(name):
+        return load(name, "algorithm.name", "a subclass of fedrun.algorithms.base.Algorithm with an Hparams dataclass",
+                    lambda obj: isinstance(obj, type) and issubclass(obj, Algorithm)
+                    and dataclasses.is_dataclass(getattr(obj, "Hparams", None)))
     try:
         return ALGORITHMS[name]
     except KeyError:

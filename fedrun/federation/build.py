@@ -67,6 +67,7 @@ class Setup:
     test_y: Tensor
     exchange: Exchange
     strategy_timings: dict[str, float]
+    plugins: dict[str, str] = field(default_factory=dict)  # {field: "module:Attr@sha256"} (fedrun.plugins)
 
     @property
     def first(self) -> int:
@@ -146,7 +147,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                   loss_fn=loss_fn, classification=task.task == "classification",
                   test_x=_to_device(task.x_test[test_rows], world.device, dtype),
                   test_y=_to_device(task.y_test[test_rows], world.device, dtype),
-                  exchange=exchange, strategy_timings=timings)
+                  exchange=exchange, strategy_timings=timings, plugins=cfg.plugin_digests())
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
                      delay=DelayTracker(num_clients), strategy=strategy)
     return setup, state

@@ -9,6 +9,7 @@ Rank 0 writes one HDF5 file (fedrun.checkpoint), one group per part of the run s
     runtime/strategy     the local-training strategy
     metrics/jsonl        the metrics records so far
     random/seed          the run seed (every random stream is a function of seed, round and client)
+    plugins/<field>      "package.module:Attr@<sha256>" of every field naming a plugin (fedrun.plugins)
 
 plus the meta group (next round, resolved config, algorithm, N, d). Client rows are streamed from
 their owner ranks in bounded chunks, so rank 0 never holds more than one chunk of another rank's state.
@@ -66,6 +67,8 @@ def save(setup: Setup, state: RunState) -> Path | None:
         for name, value in state.delay.state_dict().items():
             attempt(writer.write, f"history/{name}", value)
         attempt(writer.write, "random/seed", np.int64(cfg.run.seed))
+        for field, digest in setup.plugins.items():
+            attempt(writer.write, f"plugins/{field}", digest)
         attempt(writer.write, "runtime/strategy", state.strategy)
         attempt(writer.write, "metrics/jsonl", "".join(json.dumps(r) + "\n" for r in state.metrics))
     for entry in state.clients.entries:
@@ -143,6 +146,7 @@ def restore(setup: Setup, state: RunState, path: Path) -> None:
         for key, value in expected.items():
             if meta[key] != value:
                 raise CheckpointError(f"{path}: written for {key}={meta[key]!r}, but this run has {key}={value!r}")
+        _check_plugins(path, recorded_plugins(ckpt), setup.plugins)
         device, dtype = setup.world.device, setup.dtype
         if setup.world.is_root:
             state.server = {e.name: _tensor(ckpt.read(f"server/{e.name}"), device, dtype) for e in setup.decl.server}
@@ -159,6 +163,23 @@ def restore(setup: Setup, state: RunState, path: Path) -> None:
         state.metrics = [json.loads(line) for line in ckpt.read("metrics/jsonl").splitlines() if line.strip()]
         state.next_round = int(meta["round"])
     setup.exchange.publish(state.server)
+
+
+def recorded_plugins(ckpt: CheckpointReader) -> dict[str, str]:
+    """``{field: "module:Attr@sha256"}`` as the checkpoint recorded it (empty before plugins existed)."""
+    if "plugins" not in ckpt.names():
+        return {}
+    return {field: str(ckpt.read(f"plugins/{field}")) for field in ckpt.names("plugins")}
+
+
+def _check_plugins(path: Path, recorded: dict[str, str], current: dict[str, str]) -> None:
+    """Refuse to resume when a plugin's source changed since the checkpoint (or a plugin field changed):
+    the resumed run would not continue the recorded one."""
+    for field in sorted(set(recorded) | set(current)):
+        was, now = recorded.get(field, "(no plugin)"), current.get(field, "(no plugin)")
+        if was != now:
+            raise CheckpointError(f"{path}: {field} was {was} when the checkpoint was written, now {now}; "
+                                  "restore that code, or start a new run.dir")
 
 
 def _tensor(value: np.ndarray, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
