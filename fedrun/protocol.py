@@ -98,7 +98,7 @@ class LocalPlan:
     """What a block of C participating clients does locally this round (docs/algorithms.md).
 
     Each step k: ``g`` raw minibatch gradient (clipped if configured), direction
-    ``g + correction`` (+ weight decay), optimizer step scaled by ``lr * lr_scale``.
+    ``g + correction`` (+ weight decay, + ``prox * (x - start)``), optimizer step scaled by ``lr * lr_scale``.
     """
 
     start: Tensor  # [C, d] starting points (may be a broadcast view: the solver works on a copy)
@@ -108,6 +108,7 @@ class LocalPlan:
     optimizer: LocalOptimizer | None = None  # None: the run's SGD (local.momentum), reset every round
     optimizer_state: dict[str, Tensor] | None = None  # persisted local optimizer state, [C, d] each
     steps: int | None = None  # run only the first ``steps`` local steps this round (None: all K)
+    prox: float = 0.0  # FedProx's mu: every processed gradient gains prox * (x - start), 0 adds nothing
 
 
 @dataclass
