@@ -22,10 +22,14 @@ Init = Literal["zeros", "model"] | float
 
 @dataclass(frozen=True)
 class Vector:
-    """A model-sized entry ``[d]`` (server) or ``[C, d]`` (client, upload)."""
+    """A model-sized entry ``[d]`` (server) or ``[C, d]`` (client, upload).
+
+    An upload entry is summed over the step's consumed clients by default; with ``gather=True`` the
+    server rule receives the individual uploads instead, as ``[|S_t|, d]`` in client-id order."""
 
     name: str
     init: Init = "zeros"  # "model": the initial global model x^(0)
+    gather: bool = False  # upload entries only: deliver every client's row instead of their sum
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,10 @@ class Declaration:
     def floats(self, entries: tuple[Entry, ...] | list[Entry], dim: int) -> int:
         """Number of floats in one copy of ``entries`` for a model of dimension ``dim``."""
         return sum(dim if isinstance(e, Vector) else 1 for e in entries)
+
+    def gathered(self) -> set[str]:
+        """Names of the upload entries the server rule receives per client (``Vector(..., gather=True)``)."""
+        return {e.name for e in self.up if isinstance(e, Vector) and e.gather}
 
     def down_entries(self) -> list[Entry]:
         by_name = {e.name: e for e in self.server}

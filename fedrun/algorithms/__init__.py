@@ -14,9 +14,12 @@ from fedrun.algorithms.fedau import FedAU
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedawe import FedAWE
 from fedrun.algorithms.fedcada import FedCAda
+from fedrun.algorithms.fedmedian import FedMedian
 from fedrun.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from fedrun.algorithms.fedprox import FedProx
 from fedrun.algorithms.fedsum import FedSum, FedSumB, FedSumCR
+from fedrun.algorithms.fedtrimmedavg import FedTrimmedAvg
+from fedrun.algorithms.krum import Krum
 from fedrun.algorithms.memory import FedVarp, Mifa
 from fedrun.algorithms.scaffold import Scaffold
 from fedrun.plugins import is_import_path, load
@@ -26,6 +29,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
     FedAvgM, FedAdam, FedYogi, FedAdagrad, FedAdamom, Mifa, FedVarp, FedAU, FedAWE,
     FedSumB, FedSum, FedSumCR, Scaffold, FAdamGC,
     FADAS, FedCAda, FAFED,
+    FedMedian, FedTrimmedAvg, Krum,
 )}
 
 

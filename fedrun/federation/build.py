@@ -28,7 +28,7 @@ from fedrun.data.partition import partition
 from fedrun.errors import ConfigError
 from fedrun.federation.blocks import assign_blocks, round_work
 from fedrun.federation.delay import DelayTracker
-from fedrun.federation.exchange import Exchange
+from fedrun.federation.exchange import Exchange, check_gathered_memory
 from fedrun.federation.participation import make_participation
 from fedrun.federation.schedule import Buffered, Schedule, Synchronous
 from fedrun.models import build_model, uses_randomness
@@ -104,6 +104,10 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     decl = algorithm.declare()
     if "x" not in decl.down:
         raise ConfigError(f"algorithm.name={cfg.algorithm.name}: the algorithm's downlink must contain 'x'")
+    if decl.gathered() and cfg.run.skip_nonfinite_clients:
+        raise ConfigError(f"run.skip_nonfinite_clients: algorithm {cfg.algorithm.name} gathers its uploads "
+                          f"({', '.join(sorted(decl.gathered()))}), whose rows a dropped client would leave "
+                          "empty; expected false")
     asynchronous = cfg.asynchrony.enabled
     placement = _placement(cfg, decl, world, asynchronous)
     work = None
@@ -134,10 +138,15 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     schedule: Schedule
     if asynchronous:
         schedule = Buffered(cfg.asynchrony, num_clients, seed, dtype, world.device)
-        cohort = cfg.asynchrony.buffer_size
+        cohort = worst = cfg.asynchrony.buffer_size
     else:
-        schedule = Synchronous(make_participation(cfg.participation, num_clients, seed, cfg.run.rounds))
+        participation = make_participation(cfg.participation, num_clients, seed, cfg.run.rounds)
+        schedule = Synchronous(participation)
         cohort = num_clients if cfg.participation.pattern == "full" else cfg.participation.clients_per_round
+        worst = participation.max_active()
+    if exchange.gathered:
+        check_gathered_memory(len(exchange.gathered), worst, model.dim, dtype, world,
+                              f"algorithm.name={cfg.algorithm.name}")
     random_model = uses_randomness(module)
     loss_fn = loss_for(task.task)
     strategy, timings = _choose_strategy(cfg, world, model, block, random_model, loss_fn, x0, cohort)
