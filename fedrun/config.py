@@ -234,6 +234,27 @@ class AsyncConfig:
 
 
 @dataclass
+class CorruptionConfig:
+    """Clients that upload corrupted model deltas, to show an aggregator failing or holding
+    (fedrun/federation/corruption.py, docs/algorithms.md). Off by default."""
+
+    kind: Literal["none", "sign_flip", "gaussian"] = "none"
+    clients: list[int] | None = None  # the corrupted clients' ids ...
+    fraction: float = 0.0  # ... or this share of the N clients, drawn once from the run seed
+    scale: float = 1.0  # sign_flip: upload -scale * Delta_i; gaussian: upload scale * N(0, I)
+
+    def check(self) -> None:
+        require(0 <= self.fraction <= 1, "corruption.fraction", "a number in [0, 1]", self.fraction)
+        require(self.scale > 0, "corruption.scale", "a number > 0", self.scale)
+        require(self.clients is None or all(i >= 0 for i in self.clients), "corruption.clients",
+                "null or a list of client ids >= 0", self.clients)
+        require(self.clients is None or self.fraction == 0, "corruption.fraction",
+                "0 when corruption.clients lists the clients", self.fraction)
+        require(self.kind == "none" or bool(self.clients) or self.fraction > 0, "corruption.kind",
+                "none, or corruption.clients / corruption.fraction naming the corrupted clients", self.kind)
+
+
+@dataclass
 class AlgorithmConfig:
     """``name`` plus the algorithm's own hyperparameters (a dataclass instance, validated on load)."""
 
@@ -252,6 +273,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     asynchrony: AsyncConfig = field(default_factory=AsyncConfig)
+    corruption: CorruptionConfig = field(default_factory=CorruptionConfig)
 
     def run_dir(self) -> Path:
         return Path(self.run.dir.format(name=self.run.name, seed=self.run.seed))

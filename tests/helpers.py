@@ -28,7 +28,8 @@ The problem (all arrays numpy float64, built exactly as the runtime loads the da
 
 * ``problem(cfg)``: (A [N, m, d], b [N, m]); ``client_grads(cfg, x)``: [N, d], grad f_i(x);
 * ``x_star(cfg)``: the minimiser of f = (1/N) sum_i f_i;
-* ``x_fedavg(cfg)``: the biased fixed point of FedAvg with K steps of lr eta_l (V14).
+* ``x_fedavg(cfg)``: the biased fixed point of FedAvg with K steps of lr eta_l (V14);
+* ``local_deltas(cfg, x, clients)``: [len(clients), d], each client's Delta_i of K full-batch steps from x.
 
 Running:
 
@@ -239,6 +240,19 @@ def x_fedavg(cfg: dict[str, Any] | Config) -> np.ndarray:
         ms.append(np.linalg.matrix_power(step, k))
         cs.append(sum(np.linalg.matrix_power(step, j) for j in range(k)) @ (lr * ai.T @ bi / len(bi)))
     return np.linalg.solve(eye - sum(ms) / len(ms), sum(cs) / len(cs))
+
+
+def local_deltas(cfg, x: np.ndarray, clients: np.ndarray) -> np.ndarray:
+    """Delta_i of K full-batch GD steps from x on f_i = 1/(2m) ||A_i x - b_i||^2, for i in ``clients``."""
+    c = resolve(cfg)
+    a, b = problem(c)
+    out = []
+    for i in clients:
+        xi = x.copy()
+        for _ in range(c.local.steps):
+            xi = xi - c.local.lr * a[i].T @ (a[i] @ xi - b[i]) / len(b[i])
+        out.append(xi - x)
+    return np.array(out).reshape(len(clients), -1)
 
 
 def bernoulli_trace(rounds: int, p: float | np.ndarray, seed: int, num_clients: int = N) -> np.ndarray:

@@ -19,9 +19,8 @@ from helpers import (
     config,
     federation,
     final_models,
+    local_deltas,
     per_round,
-    problem,
-    resolve,
     run_ranks,
 )
 
@@ -82,19 +81,6 @@ def test_each_rule_equals_its_numpy_transcription_on_random_deltas(case):
             np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-13, err_msg=f"n={n}")
 
 
-def local_deltas(cfg, x: np.ndarray, clients: np.ndarray) -> np.ndarray:
-    """Delta_i of K full-batch GD steps from x on f_i = 1/(2m) ||A_i x - b_i||^2, for i in ``clients``."""
-    c = resolve(cfg)
-    a, b = problem(c)
-    out = []
-    for i in clients:
-        xi = x.copy()
-        for _ in range(c.local.steps):
-            xi = xi - c.local.lr * a[i].T @ (a[i] @ xi - b[i]) / len(b[i])
-        out.append(xi - x)
-    return np.array(out).reshape(len(clients), -1)
-
-
 @pytest.mark.parametrize("case", list(RULES))
 def test_every_round_of_a_run_equals_the_transcription(case):
     hparams, rule = RULES[case]
@@ -146,6 +132,8 @@ RANKED = {  # every robust rule, both schedules, uneven blocks (7 clients on 2 r
                         "asynchrony.buffer_size=3", "asynchrony.concurrency=5"],
     "mixed": [*LEAST_SQUARES, "data.num_clients=7", "algorithm.name=test_robust:Mixed",
               "participation.pattern=uniform", "participation.clients_per_round=4"],
+    "krum_gaussian": [*LEAST_SQUARES, "data.num_clients=7", "algorithm.name=krum", "corruption.kind=gaussian",
+                       "corruption.clients=[1, 5]", "corruption.scale=10", "participation.pattern=full"],
     "fedavg": [*LEAST_SQUARES, "data.num_clients=7", "participation.pattern=uniform",
                "participation.clients_per_round=4"],
 }

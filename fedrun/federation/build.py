@@ -27,6 +27,7 @@ from fedrun.data.client_block import ClientBlock
 from fedrun.data.partition import partition
 from fedrun.errors import ConfigError
 from fedrun.federation.blocks import assign_blocks, round_work
+from fedrun.federation.corruption import Corruption
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.exchange import Exchange, check_gathered_memory
 from fedrun.federation.participation import make_participation
@@ -68,6 +69,7 @@ class Setup:
     exchange: Exchange
     strategy_timings: dict[str, float]
     plugins: dict[str, str] = field(default_factory=dict)  # {field: "module:Attr@sha256"} (fedrun.plugins)
+    corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
 
     @property
     def first(self) -> int:
@@ -108,6 +110,9 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
         raise ConfigError(f"run.skip_nonfinite_clients: algorithm {cfg.algorithm.name} gathers its uploads "
                           f"({', '.join(sorted(decl.gathered()))}), whose rows a dropped client would leave "
                           "empty; expected false")
+    corruption = None
+    if cfg.corruption.kind != "none":
+        corruption = Corruption(cfg.corruption, decl, cfg.algorithm.name, num_clients, seed)
     asynchronous = cfg.asynchrony.enabled
     placement = _placement(cfg, decl, world, asynchronous)
     work = None
@@ -156,7 +161,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                   loss_fn=loss_fn, classification=task.task == "classification",
                   test_x=_to_device(task.x_test[test_rows], world.device, dtype),
                   test_y=_to_device(task.y_test[test_rows], world.device, dtype),
-                  exchange=exchange, strategy_timings=timings, plugins=cfg.plugin_digests())
+                  exchange=exchange, strategy_timings=timings, plugins=cfg.plugin_digests(), corruption=corruption)
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
                      delay=DelayTracker(num_clients), strategy=strategy)
     return setup, state

@@ -164,6 +164,8 @@ def train_clients(setup: Setup, state: RunState, rows: np.ndarray, start: dict[s
                                       rows + setup.first, cfg.run.seed, t, reseed=setup.random_model)
     local: LocalResult = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local, group_size=group_size)
     up, new_state = algorithm.client_finish(down, client_state, local, clients, ctx)
+    if setup.corruption is not None:  # the runtime corrupts the chosen clients' deltas; the algorithm never knows
+        up = setup.corruption.apply(up, rows + setup.first, t)
     return up, local.loss, new_state
 
 
