@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from fedrun.algorithms.gathered import GatheredDeltas
+from fedrun.algorithms.gathered import GatheredDeltas, sorted_columns
 from fedrun.errors import require
 
 
@@ -31,5 +31,5 @@ class FedMedian(GatheredDeltas):
 
     def aggregate(self, deltas: Tensor) -> Tensor:
         n = deltas.shape[0]
-        ordered = deltas.sort(dim=0).values
+        ordered = sorted_columns(deltas)
         return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2  # odd n: (a + a) / 2 = a exactly

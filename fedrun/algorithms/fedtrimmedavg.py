@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from fedrun.algorithms.gathered import GatheredDeltas
+from fedrun.algorithms.gathered import GatheredDeltas, sorted_columns
 from fedrun.errors import require
 
 
@@ -36,4 +36,4 @@ class FedTrimmedAvg(GatheredDeltas):
     def aggregate(self, deltas: Tensor) -> Tensor:
         n = deltas.shape[0]
         k = math.floor(self.hp.beta * n)
-        return deltas.sort(dim=0).values[k:n - k].mean(dim=0)
+        return sorted_columns(deltas)[k:n - k].mean(dim=0)

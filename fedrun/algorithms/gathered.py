@@ -9,6 +9,8 @@ An empty round leaves x unchanged. A subclass writes ``aggregate`` only.
 
 from __future__ import annotations
 
+import numpy as np
+import torch
 from torch import Tensor
 
 from fedrun.algorithms.base import (
@@ -43,3 +45,13 @@ class GatheredDeltas(Algorithm):
     def aggregate(self, deltas: Tensor) -> Tensor | None:
         """``deltas`` [n, d] (n >= 1) -> the server's step direction [d], or None: no step this round."""
         raise NotImplementedError
+
+
+def sorted_columns(deltas: Tensor) -> Tensor:
+    """``deltas`` [n, d] with every coordinate (column) sorted ascending: the order statistics of the
+    coordinate-wise rules. On a CPU through numpy, whose sort along the client axis is 10-15x faster than
+    torch's (0.14 s against 2.0 s for W1's [50, 250218] on one thread, bench/gathered.py); the values are
+    the same either way."""
+    if deltas.device.type == "cpu":
+        return torch.from_numpy(np.sort(deltas.numpy(), axis=0))
+    return deltas.sort(dim=0).values
