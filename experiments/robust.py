@@ -7,9 +7,10 @@ round drawn uniformly, K = 10 steps of batch 32, lr 0.05) with Dirichlet(1.0) la
 for fedavg, fedmedian, fedtrimmedavg (beta 0.2) and Multi-Krum (f = 3, m = 4), each under three settings:
 no corruption, 20% of the clients (10 of 50, fixed by the seed) uploading -4 x their delta
 (``sign_flip``), and the same clients uploading N(0, I) noise (``gaussian``, scale 1). Two seeds each,
-one process, one thread: a few minutes of one core. Finished runs (result.json) are not rerun. Writes
-``table.md`` (final test accuracy, mean and both seeds) and one PNG of test accuracy per round per
-setting into ``--out``.
+one process, one thread: about 10 minutes of one core. Finished runs (result.json, or diverged.json for
+a run stopped by NaN/Inf, which counts as accuracy 0.1, chance) are not rerun. Writes ``table.md``
+(final test accuracy, mean and both seeds) and one PNG of test accuracy per round per setting into
+``--out``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ ATTACKS = {
     "gaussian 1.0": ["corruption.kind=gaussian", "corruption.fraction=0.2", "corruption.scale=1.0"],
 }
 SEEDS = (0, 1)
-BASE = ["data.alpha=1.0", "run.rounds=30", "eval.every=5", "local.strategy=sequential", "checkpoint.every=0"]
+ROUNDS, EVERY, CHANCE = 30, 5, 0.1
+BASE = ["data.alpha=1.0", f"run.rounds={ROUNDS}", f"eval.every={EVERY}", "local.strategy=sequential",
+        "checkpoint.every=0"]
 
 
 def slug(text: str) -> str:
@@ -43,6 +46,7 @@ def slug(text: str) -> str:
 
 def main() -> None:
     import fedrun
+    from fedrun.errors import NumericalError
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(REPO / "docs" / "results" / "robust"))
@@ -54,13 +58,19 @@ def main() -> None:
         for algorithm, algorithm_overrides in ALGORITHMS.items():
             for seed in SEEDS:
                 run_dir = runs / f"{slug(attack)}-{slug(algorithm)}-seed{seed}"
-                if not (run_dir / "result.json").is_file():
-                    fedrun.run(REPO / "configs" / "quickstart.yaml",
-                               [*BASE, *attack_overrides, *algorithm_overrides, f"run.seed={seed}",
-                                f"run.dir={run_dir}"])
+                diverged = run_dir / "diverged.json"
+                if not (run_dir / "result.json").is_file() and not diverged.is_file():
+                    try:
+                        fedrun.run(REPO / "configs" / "quickstart.yaml",
+                                   [*BASE, *attack_overrides, *algorithm_overrides, f"run.seed={seed}",
+                                    f"run.dir={run_dir}"])
+                    except NumericalError as exc:  # the model became NaN/Inf: the run failed outright
+                        diverged.write_text(json.dumps({"error": str(exc)}) + "\n")
                 rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-                curves[attack, algorithm, seed] = [(i + 1, r["test_accuracy"]) for i, r in enumerate(rows)
-                                                   if "test_accuracy" in r]  # the record of round i + 1
+                curve = [(i + 1, r["test_accuracy"]) for i, r in enumerate(rows) if "test_accuracy" in r]
+                if diverged.is_file():  # chance level from the failure on
+                    curve += [(r, CHANCE) for r in range(len(rows) + 1, ROUNDS + 1) if r % EVERY == 0]
+                curves[attack, algorithm, seed] = curve  # (round r, test accuracy after round r)
                 print(f"{attack:14s} {algorithm:26s} seed {seed}: {curves[attack, algorithm, seed][-1][1]:.3f}",
                       flush=True)
     write_table(out / "table.md", curves)
