@@ -17,7 +17,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[mpich,test]"
+	$(PY) -m pip install -q -e ".[mpich,test,tensorboard]"
 	touch $@
 
 demo: venv

@@ -68,7 +68,7 @@ def main() -> None:
                    cwd=REPO, stdout=sys.stderr)
     total = time.perf_counter() - start
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    accuracy = {r["round"] + 1: r["test_accuracy"] for r in records if "test_accuracy" in r}
+    accuracy = {r["round"]: r["test_accuracy"] for r in records if "test_accuracy" in r}
     runtime = json.loads((run_dir / "runtime.json").read_text())  # what auto chose
     print(result_line(f"fedrun-{args.ranks}rank", wl.name, args.partition, [r["wall_s"] for r in records], total,
                       accuracy[max(accuracy)], accuracy, strategy=runtime["local_strategy"],

@@ -2,11 +2,15 @@
 
     bench/setup_peers.sh                      # once: Flower and pfl in their own environments
     python bench/run.py --workloads W1 W2 --reps 3 [--systems bare fedrun-1 fedrun-2 pfl-2 flower] [--record]
+    python bench/run.py --systems fedrun-1 fedrun-2 --baseline ../old-checkout   # before/after a change
 
 Each (workload, system) runs ``--reps`` times as a fresh process; the table shows the median over
 repetitions of each run's median s/round (rounds 4..end) with the min-max over repetitions, the ratio
 of every system's time to fedrun on 2 ranks, and the final accuracy (a system that is fast but learns
 less is not faster). ``--record`` appends the table to bench/RESULTS.md with the date and machine.
+``--baseline DIR`` adds ``fedrun-1@base`` and ``fedrun-2@base``: the fedrun of another checkout (a git
+worktree of an earlier commit), run by that checkout's own bench/fedrun_side.py in the same interleaved
+turns, so that a change's speed is measured side by side with the code before it.
 """
 
 from __future__ import annotations
@@ -55,7 +59,15 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--rounds", type=int, help="override the workloads' rounds (quick checks)")
     p.add_argument("--record", action="store_true", help="append the table to bench/RESULTS.md")
+    p.add_argument("--baseline", type=Path, help="a checkout of an earlier fedrun to run beside this one")
     args = p.parse_args()
+    if args.baseline is not None:
+        side = args.baseline.resolve() / "bench" / "fedrun_side.py"
+        if not side.is_file():
+            p.error(f"--baseline {args.baseline}: expected a fedrun checkout with bench/fedrun_side.py")
+        for ranks in (1, 2):
+            SYSTEMS[f"fedrun-{ranks}@base"] = (sys.executable, [str(side), "--ranks", str(ranks)])
+            args.systems.append(f"fedrun-{ranks}@base")
     extra = ["--rounds", str(args.rounds)] if args.rounds else []
     rows = []
     for workload in args.workloads:

@@ -211,7 +211,7 @@ def load_run(spec: dict) -> dict | None:
     evals = [m for m in metrics if "test_accuracy" in m]
     return {
         "metrics": metrics,
-        "eval_rounds": np.array([m["round"] + 1 for m in evals]),
+        "eval_rounds": np.array([m["round"] for m in evals]),
         "test_accuracy": np.array([m["test_accuracy"] for m in evals]),
         "test_loss": np.array([m["test_loss"] for m in evals]),
         "local_loss": np.array([m["train_loss"] for m in metrics], dtype=float),

@@ -6,28 +6,30 @@ import copy
 import fcntl
 import json
 import os
-import sys
 from pathlib import Path
 from typing import IO
 
 import torch.distributed as dist
 
 from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
-from fedrun.errors import CheckpointWriteError, NumericalError, RunInterrupted, exit_code, one_line
+from fedrun.errors import DISK_ERRORS, RunFailure, exit_code, one_line, raised_on_every_rank, report, writing
 from fedrun.federation.loop import RunResult, train
+from fedrun.metrics.log import standard
 from fedrun.runtime.signals import StopSignals
-from fedrun.runtime.world import World, init_world
+from fedrun.runtime.world import World, init_world, lost_ranks
 
 
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),
         world: World | None = None, progress: bool = False, write_files: bool = True,
-        resume: str | None = None, signals: StopSignals | None = None) -> RunResult:
+        resume: str | None = None, signals: StopSignals | None = None,
+        accept_changes: tuple[str, ...] = ()) -> RunResult:
     """Run one experiment in this process (single rank, or this rank of an MPI launch).
 
     ``config`` is a :class:`Config`, a dict of sections, or a YAML path. On rank 0 the result holds
     the final global model as a flat numpy array and the per-round metrics; other ranks get the model
     and no metrics. With ``write_files`` the run directory receives config.yaml, metrics.jsonl,
-    checkpoints and, at the end, result.json. ``resume``: "auto" or a checkpoint path.
+    checkpoints and, at the end, result.json. ``resume``: "auto" or a checkpoint path;
+    ``accept_changes``: trajectory settings allowed to differ from the checkpoint's (docs/reliability.md).
     """
     if isinstance(config, (str, Path)):
         cfg = load_config(config, overrides)
@@ -48,20 +50,23 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         if progress and world.is_root:
             print(f"fedrun: {cfg.algorithm.name} on {cfg.data.name}, {cfg.data.num_clients} clients, "
                   f"{world.size} rank(s) on {world.device}, run dir {run_dir}", flush=True)
-        result = train(cfg, world, run_dir, progress=progress, resume=resume, signals=signals)
+        result = train(cfg, world, run_dir, progress=progress, resume=resume, signals=signals,
+                       accept_changes=tuple(accept_changes))
         if run_dir is not None and world.is_root:
             write_result(run_dir, result.metrics)
     except BaseException as exc:
-        if isinstance(exc, (RunInterrupted, NumericalError, CheckpointWriteError)) and owns_world:
+        if raised_on_every_rank(exc) and owns_world:
             # every rank raised it after the same broadcast: leave together; rank 0 reports it once
             world.close()
         elif owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             # one rank failed: end the whole job now, naming the rank, rather than let peers hang
             message = one_line(exc)
             if _lost_peer(exc):
-                message = ("lost contact with another rank (it died or failed; its message, if any, is above): "
-                           + message)
-            print(f"fedrun[rank {world.rank}]: error: {message}", file=sys.stderr, flush=True)
+                lost = lost_ranks(world)
+                message = (f"{'; '.join(lost)}; lost contact in a collective: {message}"
+                           if lost else "lost contact with another rank (it died or failed; its message, if any, "
+                           f"is above): {message}")
+            report(f"fedrun[rank {world.rank}]: error: {message}")
             world.abort(exit_code(exc))
         raise
     finally:
@@ -87,6 +92,8 @@ def lock_run_dir(run_dir: Path) -> IO[str]:
         run_dir.mkdir(parents=True, exist_ok=True)
         fh = open(run_dir / ".lock", "a+")  # noqa: SIM115 - held for the whole run
     except OSError as exc:
+        if exc.errno in DISK_ERRORS:  # the file system fails, not the path: a runtime failure
+            raise RunFailure(f"cannot write {run_dir / '.lock'}: {exc.strerror}") from None
         raise ConfigError(f"run.dir={run_dir}: cannot create the run directory or its lock file "
                           f"({exc.strerror or exc})") from None
     try:
@@ -97,10 +104,15 @@ def lock_run_dir(run_dir: Path) -> IO[str]:
         fh.close()
         raise ConfigError(f"run.dir={run_dir}: in use by another live run (pid {holder}); wait for it to "
                           "end or choose another run.dir") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
+    try:
+        with writing(run_dir / ".lock"):
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{os.getpid()}\n")
+            fh.flush()
+    except RunFailure:
+        fh.close()
+        raise
     return fh
 
 
@@ -111,4 +123,5 @@ def write_result(run_dir: Path, metrics: list[dict]) -> None:
         if "test_loss" in entry:
             final.update({k: v for k, v in entry.items() if k.startswith("test_")})
             break
-    (run_dir / "result.json").write_text(json.dumps(final, indent=1) + "\n")
+    with writing(run_dir / "result.json"):
+        (run_dir / "result.json").write_text(json.dumps(standard(final), indent=1, allow_nan=False) + "\n")

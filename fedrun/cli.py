@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from fedrun.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RunFailure, exit_code, one_line
+from fedrun.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, ConfigError, RunFailure, exit_code, one_line, report
 
 
 def _launcher_rank() -> int:
@@ -31,13 +31,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         from fedrun.api import run
         from fedrun.config import load_config
 
+        accept = tuple(k.strip() for k in (args.accept_changes or "").split(",") if k.strip())
+        if accept and args.resume is None:
+            raise ConfigError("--accept-changes: only with --resume (it accepts changed settings of a resumed run)")
         run(load_config(args.config, args.overrides), progress=not args.quiet, resume=args.resume,
-            signals=signals)
+            signals=signals, accept_changes=accept)
     return EXIT_OK
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from fedrun.checkpoint import CheckpointError, CheckpointReader, describe_checkpoint
+    from fedrun.federation.snapshot import check_layout
 
     print(describe_checkpoint(args.checkpoint))
     with CheckpointReader(args.checkpoint) as reader:  # a checksum failure is an error (exit status 2)
@@ -45,6 +49,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             reader.verify()
         except CheckpointError as exc:
             raise CheckpointError(f"{exc} (the listing above marks every failed dataset)") from None
+        check_layout(reader)  # so is a missing or misshapen dataset
+    print("  layout: complete (every dataset the algorithm, schedule and history need, with its shape)")
     return EXIT_OK
 
 
@@ -92,7 +98,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         if _launcher_rank() == 0:
-            print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr, flush=True)
+            report(f"{self.prog}: error: {message} (see {self.prog} --help)")
         sys.exit(EXIT_BAD_INPUT)
 
 
@@ -104,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--resume", metavar="auto|PATH",
                    help="continue from the newest valid checkpoint of run.dir (auto) or from PATH")
+    p.add_argument("--accept-changes", metavar="KEY[,KEY...]",
+                   help="with --resume: accept these changed settings that define the trajectory "
+                        "(e.g. local.lr); recorded in config_history.jsonl")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. local.lr=0.01")
     p = sub.add_parser("participation", help="statistics of a participation pattern, without training")
     p.add_argument("--config", help="YAML config file")
@@ -111,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", help="save a clients x rounds picture of who participated when")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. participation.pattern=p3")
     sub.add_parser("sweep", help="run a sweep file as a Slurm job array via submitit (fedrun sweep --help)")
-    sub.add_parser("report", help="tables and plots of a finished sweep directory (fedrun report --help)")
+    sub.add_parser("report", help="tables and plots of a sweep directory or one run directory (fedrun report --help)")
     p = sub.add_parser("data", help="per-client statistics of the data partition, without training")
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--png", help="save the per-client label distribution (stacked bars and a bubble chart)")
@@ -119,6 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="describe a checkpoint file and verify its checksums")
     p.add_argument("checkpoint", help="a ckpt_*.h5 file")
     return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse the command line; ``section.key=value`` overrides may stand anywhere after the command (also
+    after options such as ``--quiet``), anything else unknown is an error."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    misplaced = [a for a in extra if "=" in a and not a.startswith("-")]
+    unknown = [a for a in extra if a not in misplaced]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if misplaced:
+        if not hasattr(args, "overrides"):
+            parser.error(f"fedrun {args.command} takes no section.key=value overrides: {' '.join(misplaced)}")
+        args.overrides = [*args.overrides, *misplaced]
+    return args
 
 
 def _delegated(name: str) -> Callable[[list[str]], int]:
@@ -136,14 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] and argv[0] in DELEGATED:
             return _delegated(argv[0])(argv[1:])
-        args = build_parser().parse_args(argv)
-        return COMMANDS[args.command](args)
+        return COMMANDS[(args := parse(argv)).command](args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
         code = exit_code(exc)
         if _launcher_rank() == 0:
-            print(f"fedrun: error: {one_line(exc)}", file=sys.stderr, flush=True)
+            report(f"fedrun: error: {one_line(exc)}")
             if (code == EXIT_FAILURE and not isinstance(exc, RunFailure)) or os.environ.get("FEDRUN_DEBUG"):
                 traceback.print_exc()
         return code

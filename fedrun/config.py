@@ -12,6 +12,7 @@ dataclass (see ``fedrun.algorithms``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -106,6 +107,10 @@ class DataConfig:
     shards_per_client: int = 2  # shards: label-sorted shards per client (McMahan et al. 2017 use 2)
     size_sigma: float = 1.0  # size_skew: std of the log of the client sizes (lognormal); 0: equal sizes
     test_fraction: float = 0.2  # held-out share for datasets without a test split
+    # per-client test data (docs/evaluation.md): each client's held-out share of its examples, split
+    # before training (seeded by seed and client id); LEAF data with its own per-user test split uses
+    # that split instead. 0 (default): no per-client test data, no per-client evaluation
+    client_test_fraction: float = 0.0
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     least_squares: LeastSquaresConfig = field(default_factory=LeastSquaresConfig)
 
@@ -116,6 +121,8 @@ class DataConfig:
                 self.shards_per_client)
         require(self.size_sigma >= 0, "data.size_sigma", "a number >= 0", self.size_sigma)
         require(0 < self.test_fraction < 1, "data.test_fraction", "a number in (0, 1)", self.test_fraction)
+        require(0 <= self.client_test_fraction < 1, "data.client_test_fraction",
+                "a number in [0, 1) (0: no per-client evaluation)", self.client_test_fraction)
 
 
 @dataclass
@@ -187,10 +194,19 @@ class ParticipationConfig:
 class EvalConfig:
     every: int = 10  # evaluate the global model on the test set every this many rounds (and at the end)
     batch_size: int = 1000
+    # personalization (needs data.client_test_fraction > 0): also evaluate each client's model after this
+    # many local steps from the global model on its own training data (0: global model only)
+    finetune_steps: int = 0
 
     def check(self) -> None:
         require(self.every >= 0, "eval.every", "an integer >= 0 (0: only at the end)", self.every)
         require(self.batch_size >= 1, "eval.batch_size", "an integer >= 1", self.batch_size)
+        require(self.finetune_steps >= 0, "eval.finetune_steps", "an integer >= 0", self.finetune_steps)
+
+
+@dataclass
+class MetricsConfig:
+    tensorboard: bool = False  # also write TensorBoard event files under <run.dir>/tensorboard
 
 
 @dataclass
@@ -271,17 +287,30 @@ class Config:
     participation: ParticipationConfig = field(default_factory=ParticipationConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     asynchrony: AsyncConfig = field(default_factory=AsyncConfig)
     corruption: CorruptionConfig = field(default_factory=CorruptionConfig)
+
+    def check(self) -> None:
+        """Checks across sections (each section has checked its own fields first)."""
+        require(self.eval.finetune_steps == 0 or self.data.client_test_fraction > 0, "eval.finetune_steps",
+                "0 unless data.client_test_fraction > 0 (personalized models are evaluated on per-client "
+                "test data)", self.eval.finetune_steps)
 
     def run_dir(self) -> Path:
         return Path(self.run.dir.format(name=self.run.name, seed=self.run.seed))
 
     def to_dict(self) -> dict[str, Any]:
+        """The resolved config; with plugins, a derived ``plugins`` section ``{field: "module:Attr@sha256"}``
+        (:meth:`plugin_digests`), so that the checkpoint's ``meta/config`` records the plugins' code and
+        the resume policy (fedrun.federation.resume) sees a changed plugin as a changed setting."""
         out = dataclasses.asdict(self)
         algo = out.pop("algorithm")
         out["algorithm"] = {"name": algo["name"], **(algo["hparams"] or {})}
+        plugins = self.plugin_digests()
+        if plugins:
+            out["plugins"] = plugins
         return out
 
     def to_yaml(self) -> str:
@@ -294,7 +323,29 @@ class Config:
                         "data.name": self.data.name, "participation.pattern": self.participation.pattern})
 
 
+_SECTIONS = frozenset(f.name for f in dataclasses.fields(Config))
+
+
 # --------------------------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key repeated in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r} in one mapping "
+                                  "(YAML would keep the last one silently)")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML the safe way (no Python objects), with duplicate keys refused (:class:`ConfigError`)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -302,13 +353,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a directory, expected a YAML config file")
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
         try:
-            loaded = yaml.safe_load(path.read_text())
+            loaded = parse_yaml(path.read_text())
         except yaml.YAMLError as exc:
             first = str(exc).splitlines()[0]
             raise ConfigError(f"{path}: not valid YAML ({first})") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of sections at the top level")
         data = loaded or {}
@@ -326,9 +383,13 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     if not all(parts):
         raise ConfigError(f"override {item!r}: expected section.key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = parse_yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
+    except ConfigError as exc:
+        raise ConfigError(f"override {item!r}: {exc}") from None
+    if len(parts) == 1 and parts[0] in _SECTIONS and not isinstance(value, dict):
+        raise ConfigError(f"override {item!r}: {parts[0]} is a section; expected {parts[0]}.KEY=VALUE")
     node = data
     for part in parts[:-1]:
         child = node.setdefault(part, {})
@@ -344,6 +405,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     Types, ranges and the algorithm's hyperparameters are checked here; the names of the model, dataset,
     partitioner and participation pattern are checked by their registries when the run is built."""
     data = dict(data)
+    data.pop("plugins", None)  # derived from the code on the Python path (Config.to_dict), never a setting
     algo_raw = data.pop("algorithm", None) or {}
     if not isinstance(algo_raw, dict):
         raise ConfigError(f"algorithm: expected a mapping, got {algo_raw!r}")
@@ -433,11 +495,13 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads "1e-2" as a string
             try:
-                return float(value)
+                value = float(value)
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):  # .inf / .nan / 1e999 would pass every range check below
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

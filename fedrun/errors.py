@@ -9,6 +9,11 @@ Every message is meant to be read as one line: it names the field or file and wh
 
 from __future__ import annotations
 
+import errno
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NUMERICAL, EXIT_REQUEUE = 0, 1, 2, 3, 75
@@ -52,8 +57,45 @@ class CheckpointWriteError(RunFailure):
     """
 
 
+# OS errors of a file system that fails the run, not of a path the user chose: exit status 1
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
+
+
+@contextmanager
+def writing(path: Any) -> Iterator[None]:
+    """Turn an OS error while writing the run-directory file ``path`` (full disk, quota, read-only or removed
+    directory) into a one-line :class:`RunFailure` naming the file and the error (exit status 1)."""
+    try:
+        yield
+    except OSError as exc:
+        raise RunFailure(f"cannot write {path}: {exc.strerror or exc}; the checkpoints written before are "
+                         "intact") from None
+
+
 class RunInterrupted(Exception):
     """A stop signal arrived; the run wrote a checkpoint and can be resumed (exit status 75)."""
+
+
+def on_every_rank(exc: BaseException) -> BaseException:
+    """Mark ``exc`` as raised by every rank at the same point (after a broadcast of the same decision):
+    the ranks then leave together and rank 0 reports it once, instead of each rank aborting the job."""
+    exc.on_every_rank = True  # type: ignore[attr-defined]
+    return exc
+
+
+def raised_on_every_rank(exc: BaseException) -> bool:
+    return isinstance(exc, (RunInterrupted, NumericalError, CheckpointWriteError)) or getattr(
+        exc, "on_every_rank", False)
+
+
+def report(line: str) -> None:
+    """Write one line to stderr in one write and flush it: lines of several ranks sharing the launcher's pipe
+    never run together."""
+    try:
+        sys.stderr.write(" ".join(line.split()) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed: nothing left to tell
+        pass
 
 
 def exit_code(exc: BaseException) -> int:
@@ -75,3 +117,14 @@ def require(ok: bool, name: str, expected: str, got: Any) -> None:
     """Raise ``ConfigError("name: expected ..., got ...")`` unless ``ok``; used by every ``check``."""
     if not ok:
         raise ConfigError(f"{name}: expected {expected}, got {got!r}")
+
+
+def require_file(path: str | Path, expected: str, error: type[Exception] = DataError) -> Path:
+    """``path`` as a Path if it is a regular file; else ``error`` naming it: a directory and a missing file
+    each get their own line (``expected`` says what the file should be, e.g. "a .npz archive")."""
+    p = Path(path)
+    if p.is_dir():
+        raise error(f"{p}: is a directory, expected {expected}")
+    if not p.is_file():
+        raise error(f"{p}: file not found (expected {expected})")
+    return p

@@ -8,8 +8,9 @@ module is missing or fails to import, no such attribute, the wrong kind of objec
 :class:`~fedrun.errors.ConfigError` line naming the field, the module and what was expected.
 
 A checkpoint records what ran: :func:`digests` maps each plugin field to ``"module:Attr@<sha256>"``, the
-SHA-256 of the source file of the plugin's module (that file only, not the modules it imports), so that
-a resume can tell whether the plugin's code changed since the checkpoint.
+SHA-256 of the source file of the plugin's module (that file only, not the modules it imports) as it was
+when this process imported it, so that a resume can tell whether the plugin's code changed since the
+checkpoint (``Config.to_dict`` puts the map in the resolved config, which the resume policy compares).
 
 Imports nothing of fedrun but the ground floor, so every registry can use it without an import cycle.
 """
@@ -55,6 +56,7 @@ def load(value: str, field: str, expected: str, accept: Callable[[Any], bool]) -
         obj = getattr(obj, part)
     if not accept(obj):
         raise ConfigError(f"{field}: {value} is {obj!r}; expected {expected}")
+    source_digest(module_name)  # of the code as imported, even if the file is edited during the run
     return obj
 
 
@@ -69,13 +71,23 @@ def call(field: str, value: str, expected: str, fn: Callable[..., Any], *args: A
         raise ConfigError(f"{field}: {value} raised {type(exc).__name__}: {exc}; expected {expected}") from exc
 
 
+_DIGESTS: dict[str, tuple[object, str]] = {}  # module name -> (the module object digested, its digest)
+
+
 def source_digest(module_name: str) -> str:
-    """SHA-256 of the source file of an imported module ("" when it has none, e.g. a namespace package)."""
-    path = getattr(sys.modules[module_name], "__file__", None)
-    if path is None:
-        return ""
-    with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
+    """SHA-256 of the source file of an imported module ("" when it has none, e.g. a namespace package),
+    taken when this module object is first digested (a re-import is digested again)."""
+    module = sys.modules[module_name]
+    cached = _DIGESTS.get(module_name)
+    if cached is not None and cached[0] is module:
+        return cached[1]
+    path = getattr(module, "__file__", None)
+    digest = ""
+    if path is not None:
+        with open(path, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()
+    _DIGESTS[module_name] = (module, digest)
+    return digest
 
 
 def digests(fields: dict[str, str]) -> dict[str, str]:

@@ -273,6 +273,11 @@ class Sim:
         self.setup, self.state = build(cfg, single_world(), None)
         self.cfg, self.algorithm, self.decl = cfg, self.setup.algorithm, self.setup.decl
         self.up_floats, self.down_floats = self.setup.exchange.up_floats, self.setup.exchange.down_floats
+        self.strategy_timings = self.setup.strategy_timings
+
+    @property
+    def strategy(self) -> str:
+        return self.state.strategy
 
     @property
     def server(self) -> dict[str, torch.Tensor]:

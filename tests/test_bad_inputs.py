@@ -18,6 +18,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -95,10 +96,13 @@ class _Evil:
         return (print, ("pickled code ran",))
 
 
-def _build_cases(tmp: Path, run: Path, ckpt: Path) -> list[tuple[str, list[str], str]]:
-    """(category, argv, a string the error line must contain: the file or field it names)."""
+def _build_cases(tmp: Path, fresh: Path, ckpt: Path) -> list[tuple[str, list[str], str]]:
+    """(category, argv, a string the error line must contain: the file or field it names).
+
+    Training cases run in the empty directory ``fresh`` (with ``--resume auto`` they start afresh, so the
+    input's own check is reached, not the resume policy); ``--resume PATH`` cases resume ``ckpt``."""
     cases: list[tuple[str, list[str], str]] = []
-    train = ["train", "--quiet", f"run.dir={run}"]
+    train = ["train", "--quiet", f"run.dir={fresh}"]
 
     # -- config: overrides with wrong types, ranges and unknown keys
     for override, field in [
@@ -154,9 +158,36 @@ def _build_cases(tmp: Path, run: Path, ckpt: Path) -> list[tuple[str, list[str],
         ("noequals", "noequals"),
         ("=5", "=5"),
         ("run..x=1", "run..x"),
+        # non-finite numbers pass every range check unless refused as such
+        ("local.lr=.inf", "local.lr"),
+        ("local.lr=1e999", "local.lr"),
+        ("local.lr=.nan", "local.lr"),
+        ("run.timeout_s=.inf", "run.timeout_s"),
+        ("data.least_squares.noise=.inf", "data.least_squares.noise"),
+        ("data.alpha=-.inf", "data.alpha"),
+        ("algorithm.global_lr=.inf", "algorithm.global_lr"),
+        ("participation.sine_period=.inf", "participation.sine_period"),
+        # a section given a value, before or after one of its keys: named against its own override
+        ("run=5", "'run=5'"),
+        ("local=[1]", "'local=[1]'"),
+        ("data=abc", "'data=abc'"),
+        # sizes far beyond any node's memory: refused before anything is allocated
+        ("data.num_clients=1000000000000", "data.num_clients"),
+        ("data.least_squares.dim=1000000000000", "data.least_squares.dim"),
     ]:
         # --resume auto: the field's own check is reached, not the refusal to reuse the run's directory
         cases.append(("config", [*train, *LS, override, "--resume", "auto"], field))
+    cases.append(("config", [*train, "run=5", *LS, "--resume", "auto"], "'run=5'"))  # before run.* overrides
+    synthetic = ["data.name=synthetic", "model.name=linear"]
+    for shape in ("[100000,100000,100]", "[1000000000000]"):
+        cases.append(("config", [*train, *LS, *synthetic, f"data.synthetic.shape={shape}"], "data.synthetic.shape"))
+    cases.append(("config", [*train, *LS, *synthetic, "data.synthetic.examples_per_client=100000000000"],
+                  "data.synthetic.examples_per_client"))
+    # overrides may follow options (--quiet, --resume): a bad one there is still named as a field
+    cases.append(("config", ["train", f"run.dir={fresh}", "--quiet", *LS, "--resume", "auto", "local.lr=abc"],
+                  "local.lr"))
+    cases.append(("config", ["train", "--quiet", f"run.dir={fresh}", *LS, "--accept-changes", "local.lr"],
+                  "--accept-changes"))
     for name, text, needle in [
         ("bad_yaml", "run: [1, 2\n", "bad_yaml.yaml"),
         ("list_top", "- 1\n- 2\n", "list_top.yaml"),
@@ -166,11 +197,21 @@ def _build_cases(tmp: Path, run: Path, ckpt: Path) -> list[tuple[str, list[str],
         ("algo_list", "algorithm: [1]\n", "algorithm"),
         ("binary", "\x00\x01\x02garbage: [", "binary.yaml"),
         ("nested_unknown", "data:\n  synthetic:\n    nope: 1\n", "data.synthetic.nope"),
+        # a key twice in one mapping: YAML keeps the last one silently
+        ("dup_key", "run:\n  rounds: 3\n  rounds: 4\n", "duplicate key 'rounds'"),
+        ("dup_section", "run:\n  rounds: 3\nlocal:\n  lr: 0.1\nrun:\n  seed: 2\n", "duplicate key 'run'"),
+        ("dup_nested", "data:\n  synthetic:\n    noise: 1\n    noise: 2\n", "line 4"),
+        ("dup_algorithm", "algorithm:\n  name: fedavg\n  name: scaffold\n", "duplicate key 'name'"),
+        ("inf_value", "local:\n  lr: .inf\n", "local.lr"),
+        ("not_utf8", "\udcff", "not_utf8.yaml"),
     ]:
         path = tmp / f"{name}.yaml"
-        path.write_text(text)
-        cases.append(("config", ["train", "--quiet", "--config", str(path), f"run.dir={run}", *LS], needle))
+        path.write_bytes(text.encode("utf-8", "surrogateescape"))
+        cases.append(("config", ["train", "--quiet", "--config", str(path), f"run.dir={fresh}", *LS], needle))
     cases.append(("config", [*train, "--config", str(tmp / "missing.yaml")], "missing.yaml"))
+    (tmp / "config_dir.yaml").mkdir()
+    cases.append(("config", [*train, "--config", str(tmp / "config_dir.yaml")], "is a directory"))
+    cases.append(("config", [*train, *LS, "data.least_squares.file={x: 1, x: 2}"], "duplicate key 'x'"))
     # the command line itself
     for argv, needle in [
         (["bogus"], "bogus"),
@@ -209,8 +250,16 @@ def _build_cases(tmp: Path, run: Path, ckpt: Path) -> list[tuple[str, list[str],
     np.savez(tmp / "ls_trunc.npz", A=good_a, b=good_b)
     (tmp / "ls_trunc.npz").write_bytes((tmp / "ls_trunc.npz").read_bytes()[:200])
     (tmp / "ls_dir.npz").mkdir()
-    for name in ("ls_text.npz", "ls_trunc.npz", "ls_dir.npz", "ls_missing.npz"):
+    np.save(tmp / "ls_single.npy", good_a)
+    (tmp / "ls_single.npy").rename(tmp / "ls_single.npz")
+    (tmp / "ls_empty.npz").write_bytes(b"")
+    (tmp / "ls_pickle.npz").write_bytes(pickle.dumps({"A": good_a, "b": good_b}))
+    for name in ("ls_text.npz", "ls_trunc.npz", "ls_dir.npz", "ls_missing.npz", "ls_single.npz", "ls_empty.npz",
+                 "ls_pickle.npz"):
         cases.append(("npz", [*train, *LS, f"data.least_squares.file={tmp / name}", "--resume", "auto"], name))
+    for name, needle in (("ls_dir.npz", "is a directory"), ("ls_text.npz", "not a .npz archive"),
+                         ("ls_pickle.npz", "not a .npz archive"), ("ls_single.npz", "single .npy array")):
+        cases.append(("npz", [*train, *LS, f"data.least_squares.file={tmp / name}"], needle))
 
     # -- participation traces (through train and through the participation command)
     traces = {
@@ -229,7 +278,11 @@ def _build_cases(tmp: Path, run: Path, ckpt: Path) -> list[tuple[str, list[str],
     (tmp / "trace_empty.csv").write_text("")
     (tmp / "trace_bad.npy").write_bytes(b"\x93NUMPY garbage")
     (tmp / "trace_plain.txt").write_text("1 0 1\n")
+    (tmp / "trace_dir.npy").mkdir()
+    (tmp / "trace_text.npy").write_text("1,0,1,0,1,0\n")
     names = [f"trace_{n}" for n in traces] + [
+        "trace_dir.npy",
+        "trace_text.npy",
         "trace_ragged.csv",
         "trace_words.csv",
         "trace_empty.csv",
@@ -416,6 +469,14 @@ def _build_cases(tmp: Path, run: Path, ckpt: Path) -> list[tuple[str, list[str],
         "no_config": h5_edit(lambda h: h.__delitem__("meta/config")),
         "checksum": flip_byte,
         "plain_h5": lambda p: (p.unlink(), h5py.File(p, "w").create_dataset("x", data=np.ones(3)).file.close()),
+        # incomplete or misshapen: every remaining checksum verifies, the layout does not
+        "no_server_x": h5_edit(lambda h: h.__delitem__("server/x")),
+        "no_schedule": h5_edit(lambda h: h.__delitem__("schedule/next_round")),
+        "no_history": h5_edit(lambda h: h.__delitem__("history/participations")),
+        "no_metrics": h5_edit(lambda h: h.__delitem__("metrics/jsonl")),
+        "short_x": h5_edit(_replace_checksummed("server/x", np.zeros(D - 1))),
+        "history_rows": h5_edit(_replace_checksummed("history/last_active", np.zeros(N + 2, np.int64))),
+        "bad_config": h5_edit(_replace_checksummed("meta/config", "local: [1, 2]\n")),
     }
     paths = {name: ckpt_variant(name, fn) for name, fn in variants.items()}
     for path in paths.values():
@@ -430,10 +491,30 @@ def _build_cases(tmp: Path, run: Path, ckpt: Path) -> list[tuple[str, list[str],
                 {"num_clients": "num_clients", "dim": "dim", "algorithm": "algorithm"}[key],
             )
         )
+    needles = {"no_server_x": "server/x is missing", "short_x": "server/x has shape", "bad_config": "meta/config",
+               "history_rows": "history/last_active"}
+    for name, needle in needles.items():
+        cases.append(("checkpoint", ["inspect", str(paths[name])], needle))
+        cases.append(("checkpoint", [*train, *LS, "--resume", str(paths[name])], needle))
     for missing_path in (tmp / "nope.h5", tmp):
         cases.append(("checkpoint", ["inspect", str(missing_path)], str(missing_path)))
         cases.append(("checkpoint", [*train, *LS, "--resume", str(missing_path)], str(missing_path)))
     return cases
+
+
+def _replace_checksummed(path: str, value):
+    """An h5 edit: ``path`` replaced by ``value`` with a matching crc32, so only the layout check can object."""
+    def fn(h) -> None:
+        del h[path]
+        if isinstance(value, str):
+            h.create_dataset(path, data=value, dtype=h5py.string_dtype("utf-8"))
+            crc = zlib.crc32(value.encode())
+        else:
+            h[path] = value
+            crc = zlib.crc32(np.ascontiguousarray(value).tobytes())
+        h[path].attrs["crc32"] = np.uint32(crc)
+
+    return fn
 
 
 # ------------------------------------------------------------------------------------------- driver
@@ -470,9 +551,9 @@ def test_malformed_inputs_give_one_line_and_status_2(tmp_path):
     ckpt = sorted(run.glob("ckpt_*.h5"))[-1]
     before = _digest(run)
     assert any(name.startswith("ckpt_") for name in before) and "metrics.jsonl" in before
-    inputs = tmp_path / "inputs"
+    inputs, fresh = tmp_path / "inputs", tmp_path / "fresh"
     inputs.mkdir()
-    cases = _build_cases(inputs, run, ckpt)
+    cases = _build_cases(inputs, fresh, ckpt)
     failures, counts = [], Counter()
     for i, (category, argv, needle) in enumerate(cases):
         runners = [("in-process", _in_process)] + ([("subprocess", _subprocess)] if i % SUBPROCESS_EVERY == 0 else [])
@@ -497,9 +578,12 @@ def test_malformed_inputs_give_one_line_and_status_2(tmp_path):
         if after != before:
             failures.append(f"[{category}] {' '.join(argv[-3:])}: changed the run directory")
             before = after
+        if fresh.exists() and _digest(fresh):
+            failures.append(f"[{category}] {' '.join(argv[-3:])}: wrote {sorted(_digest(fresh))} into a new run dir")
+            shutil.rmtree(fresh)
     by_category = Counter(c for c, _, _ in cases)
     print(f"\nbad-input cases: {len(cases)} ({dict(by_category)}); runs: {dict(counts)}")
-    assert len(cases) >= 100
+    assert len(cases) >= 230
     assert not failures, f"{len(failures)} of {len(cases)} cases failed:\n" + "\n".join(failures)
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedrun.config import DataConfig
 from fedrun.data import formats, sources
+from fedrun.data.partition import partition, split_client_tests
 from fedrun.data.sources import load_dataset
 from fedrun.errors import DataError
 
@@ -484,7 +486,32 @@ def test_femnist_leaf_json(tmp_path):
     assert t.y_train.tolist() == [3, 61, 0, 10, 36, 5] and t.y_test.tolist() == [7, 8, 9]
     assert t.groups is not None and t.groups.dtype == np.int64
     assert t.groups.tolist() == [0, 0, 1, 1, 1, 2]
+    assert t.groups_test.tolist() == [0, 2, 2]  # the test examples of users f0000_14 and f0002_07
     assert abs(t.x_train.mean()) < 1e-5 and abs(t.x_train.std() - 1) < 1e-4
+
+
+def test_per_client_test_split_leaf_users_and_held_out_rows(tmp_path):
+    """LEAF: each client is tested on its own user's test examples, its training rows untouched.
+    Elsewhere: m_i = min(n_i - 1, max(1, round(f n_i))) held-out rows, a function of (seed, client) only."""
+    write_femnist(tmp_path)
+    t = load_dataset("femnist", str(tmp_path), 0, 0.2)
+    leaf = DataConfig(name="femnist", num_clients=3, partition="natural", client_test_fraction=0.5)
+    parts = partition(t, leaf, 0)
+    train, tests = split_client_tests(t, parts, leaf, 0)
+    assert [p.tolist() for p in train] == [p.tolist() for p in parts]
+    assert tests.y is t.y_test and [p.tolist() for p in tests.parts] == [[0], [], [1, 2]]
+    t.groups_test = None  # the held-out split of the same clients
+    train, tests = split_client_tests(t, parts, leaf, 0)
+    assert [len(p) for p in tests.parts] == [1, 2, 0] and [len(p) for p in train] == [1, 1, 1]
+    for i, rows in enumerate(parts):
+        assert sorted([*train[i], *tests.parts[i]]) == rows.tolist()
+    # a client's split depends on the seed and its id, not on the other clients (so not on the ranks)
+    many = [np.arange(100) + 100 * i for i in range(4)]
+    held = split_client_tests(t, many, DataConfig(client_test_fraction=0.2), 7)[1].parts
+    again = split_client_tests(t, many[:2], DataConfig(client_test_fraction=0.2), 7)[1].parts
+    other = split_client_tests(t, many, DataConfig(client_test_fraction=0.2), 8)[1].parts
+    assert [len(h) for h in held] == [20] * 4 and [h.tolist() for h in again] == [h.tolist() for h in held[:2]]
+    assert held[0].tolist() != other[0].tolist() and held[0].tolist() != (held[1] - 100).tolist()
 
 
 def test_femnist_errors_name_the_file(tmp_path):

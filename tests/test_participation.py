@@ -326,7 +326,7 @@ def test_trace_errors(tmp_path):
         ("ok.npy", 4, 11, r"ok.npy: has 10 rounds \(rows\), the run needs 11"),
         ("two.npy", 4, 10, r"two.npy: expected boolean values"),
         ("junk.npy", 4, 10, r"cannot read .*junk.npy"),
-        ("missing.npy", 4, 10, r"cannot read .*missing.npy"),
+        ("missing.npy", 4, 10, r"missing.npy: file not found"),
         ("word.csv", 4, 2, r"word.csv: row 2, column 2: not a number or boolean: 'maybe'"),
         ("ok.txt", 4, 10, r"ok.txt: expected a .npy or .csv file"),
     ]

@@ -7,6 +7,7 @@ import pytest
 
 from fedrun.cli import main
 from fedrun.config import ConfigError, DataConfig, load_config
+from fedrun.data import load_task
 from fedrun.data.dataset import TaskData
 from fedrun.data.partition import lognormal_sizes, partition
 from fedrun.data.stats import describe_partition, label_counts, label_entropy, save_partition_png
@@ -102,8 +103,14 @@ def test_size_skew_log_sizes_have_roughly_sigma_spread():
 # ----------------------------------------------------------------------------------------- config
 
 
+def test_the_partition_registry_checks_its_names():
+    cfg = load_config(None, ["data.partition=bogus"])  # the config section checks types and ranges only
+    with pytest.raises(ConfigError) as err:
+        partition(load_task(cfg.data, 0), cfg.data, 0)
+    assert str(err.value) == "data.partition: expected one of iid, dirichlet, natural, shards, size_skew, got 'bogus'"
+
+
 @pytest.mark.parametrize("override, message", [
-    ("data.partition=bogus", "data.partition: expected one of iid, dirichlet, natural, shards, size_skew, got 'bogus'"),
     ("data.shards_per_client=0", "data.shards_per_client: expected an integer >= 1, got 0"),
     ("data.size_sigma=-1", "data.size_sigma: expected a number >= 0, got -1.0"),
     ("data.shards_per_client=1.5", "data.shards_per_client: expected an integer, got 1.5"),

@@ -1,16 +1,20 @@
 """Import-path plugins (fedrun/plugins.py, docs/extending.md): every registry field accepts
 ``package.module:Attribute``; a bad plugin is one line naming the field and the module (exit status 2);
-the checkpoint records each plugin's source digest and a resume refuses a missing or changed plugin
-without touching the checkpoint."""
+the checkpoint's resolved config records each plugin's source digest, and a resume refuses a missing or
+changed plugin (the resume policy: a changed digest is a changed setting) without touching the
+checkpoint, unless the change is accepted."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sys
 
+import h5py
 import numpy as np
 import pytest
+import yaml
 from helpers import LEAST_SQUARES, REPO
 
 from fedrun.algorithms import get_algorithm
@@ -26,6 +30,12 @@ EXAMPLE = {
 }
 
 
+def forget_myfl() -> None:
+    """Drop the imported myfl modules, as a new process would not have them."""
+    for name in [m for m in sys.modules if m == "myfl" or m.startswith("myfl.")]:
+        del sys.modules[name]
+
+
 @pytest.fixture
 def myfl(tmp_path, monkeypatch):
     """A private copy of examples/myfl on sys.path (the tests edit and remove it)."""
@@ -33,8 +43,7 @@ def myfl(tmp_path, monkeypatch):
     shutil.copytree(REPO / "examples" / "myfl", root / "myfl")
     monkeypatch.syspath_prepend(str(root))
     yield root / "myfl"
-    for name in [m for m in sys.modules if m == "myfl" or m.startswith("myfl.")]:
-        del sys.modules[name]
+    forget_myfl()
 
 
 def cli(argv: list[str], capsys) -> tuple[int, list[str]]:
@@ -99,24 +108,37 @@ def test_resume_refuses_a_missing_or_changed_plugin_and_leaves_the_checkpoint(my
     before = ckpt.read_bytes()
     resume = [*args, "run.rounds=4", "--resume", "auto"]
 
+    with h5py.File(ckpt, "r") as f:
+        recorded = yaml.safe_load(f["meta/config"][()].decode())["plugins"]
+    assert recorded == load_config(None, args[2:]).plugin_digests() and len(recorded) == 4
+
     source = (myfl / "algorithm.py").read_text()
     (myfl / "algorithm.py").write_text(source + "\n# edited after the checkpoint\n")
+    forget_myfl()
     code, err = cli(resume, capsys)
     assert code == 2 and len(err) == 1, err
-    assert "algorithm.name was myfl.algorithm:ClippedFedAvg@" in err[0] and "when the checkpoint was written" in err[0]
+    assert "settings that define the trajectory: plugins.algorithm.name" in err[0]
+    assert "--accept-changes plugins.algorithm.name" in err[0]
     assert ckpt.read_bytes() == before and sorted(p.name for p in run.glob("ckpt_*")) == [ckpt.name]
 
     shutil.move(myfl, myfl.parent.parent / "elsewhere")  # the package is gone from the Python path
-    for name in [m for m in sys.modules if m.startswith("myfl")]:
-        del sys.modules[name]
+    forget_myfl()
     code, err = cli(resume, capsys)
     assert code == 2 and len(err) == 1 and "cannot import module 'myfl" in err[0], err
     assert ckpt.read_bytes() == before
 
     shutil.move(myfl.parent.parent / "elsewhere", myfl)  # the code as it was: the resume continues
     (myfl / "algorithm.py").write_text(source)
+    forget_myfl()
     assert cli(resume, capsys)[0] == 0
     assert (run / "ckpt_00000004.h5").is_file()
+
+    (myfl / "algorithm.py").write_text(source + "\n# a comment only\n")  # accepted and recorded
+    forget_myfl()
+    assert cli([*args, "run.rounds=5", "--resume", "auto", "--accept-changes", "plugins.algorithm.name"],
+               capsys)[0] == 0
+    history = [json.loads(line) for line in (run / "config_history.jsonl").read_text().splitlines()]
+    assert history[-1]["trajectory"] == ["plugins.algorithm.name"]
 
 
 def test_digests_change_with_the_source_only(myfl):
@@ -125,5 +147,7 @@ def test_digests_change_with_the_source_only(myfl):
     assert list(first) == ["model.name"]
     assert digests(fields) == first
     (myfl / "model.py").write_text((myfl / "model.py").read_text() + "\n")
-    assert digests(fields) != first
+    assert digests(fields) == first  # the code this process imported
+    forget_myfl()
+    assert digests(fields) != first  # a new import digests the edited file
     assert np.all([v.startswith("myfl.model:mlp@") for v in digests(fields).values()])

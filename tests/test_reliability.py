@@ -8,6 +8,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -87,16 +88,42 @@ def test_killed_rank_ends_the_job_within_60s_and_the_checkpoint_stays_valid(tmp_
     os.kill(pids[1], signal.SIGKILL)  # mid-round: the ranks are always in a round or a checkpoint
     out, err = proc.communicate(timeout=120)
     elapsed = time.monotonic() - start
-    said = out + err  # a surviving rank's one line (stderr) or mpiexec's "KILLED BY SIGNAL" banner (stdout)
-    print(f"\njob ended {elapsed:.2f} s after SIGKILL of rank 1, status {proc.returncode}")
+    print(f"\njob ended {elapsed:.2f} s after SIGKILL of rank 1, status {proc.returncode}: {err.strip()}")
     assert proc.returncode != 0
     assert elapsed < 60  # the issue's bound for "no hang" (a stuck collective would take run.timeout_s = 120 s)
-    banner = "BAD TERMINATION" in said and ("EXIT CODE: 9" in said or "KILLED BY SIGNAL: 9" in said)
-    assert "lost contact with another rank" in said or banner, said[-2000:]
+    # a survivor names the dead rank and its host, on one line (ranks and hosts come from the rendezvous store);
+    # MPICH's mpiexec may kill the survivors before they notice (a race no rank can win; in 1 of 5 tries here):
+    # then only its own banner (stdout, naming the pid and host) is left
+    lines = err.strip().splitlines()
+    if lines:
+        assert len(lines) == 1 and f"rank 1 on host {socket.gethostname()} died or stopped answering" in lines[0], err
+    else:
+        assert "BAD TERMINATION" in out and "EXIT CODE: 9" in out, out[-2000:]
     latest = find_latest_valid(run)
     assert latest is not None
     with CheckpointReader(latest) as reader:
         assert reader.meta["round"] == checkpoint_round(latest) >= 3
+
+
+def test_stopped_rank_is_named_within_the_timeout(tmp_path):
+    """SIGSTOP: nothing closes a socket; the peers give up after run.timeout_s and name the stopped rank."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable,
+                             *train_args(run, 10**6, "checkpoint.every=3", "run.timeout_s=5")],
+                            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list_checkpoints(run)) >= 1, proc)
+    pids = rank_pids(proc.pid)
+    start = time.monotonic()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.kill(pids[1], signal.SIGKILL)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0 and elapsed < 30, (proc.returncode, elapsed, err[-2000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"rank 1 on host {socket.gethostname()} died or stopped answering" in lines[0], err
+    assert "is stopped" in lines[0]
 
 
 def test_rank_that_raises_ends_the_job_naming_the_rank(tmp_path):
@@ -143,8 +170,8 @@ def test_nonfinite_upload_stops_with_status_3_naming_round_and_client(tmp_path):
     assert proc.returncode == 3, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    # cyclic with S=2: clients 0,1 in round 0, then 2,3 in round 1: client 3 (rank 1's block) diverges
-    assert lines[0].startswith("fedrun: error: round 1: client 3 uploaded a non-finite update"), lines[0]
+    # cyclic with S=2: clients 0,1 in round 1, then 2,3 in round 2: client 3 (rank 1's block) diverges
+    assert lines[0].startswith("fedrun: error: round 2: client 3 uploaded a non-finite update"), lines[0]
     latest = find_latest_valid(run)
     assert latest is not None and checkpoint_round(latest) == 1  # the last good round's checkpoint
     with CheckpointReader(latest) as reader:
@@ -199,7 +226,7 @@ def test_checkpoint_that_cannot_be_written_keeps_the_previous_one(tmp_path):
     assert proc.returncode == 1, proc.stderr
     line = proc.stderr.strip()
     assert "\n" not in line and "Traceback" not in line, proc.stderr
-    assert line.startswith("fedrun: error: checkpoint of round 4") and "File too large" in line, line
+    assert line.startswith("fedrun: error: checkpoint after round 4") and "File too large" in line, line
     assert "earlier checkpoints are intact" in line
     assert find_latest_valid(run) == first[0] and first[0].read_bytes() == digest
     assert not list(run.glob(".ckpt_*.tmp"))  # the failed temporary is gone
@@ -252,3 +279,135 @@ def test_object_array_npz_is_refused_without_unpickling(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"fedrun: error: {path}: array 'A' has object dtype; refusing to unpickle it "
                                    "(store numeric arrays)")
+
+
+def _strict_json(text: str):
+    def refuse(constant: str):
+        raise AssertionError(f"not standard JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_first_nonfinite_training_loss_stops_the_run_before_its_checkpoint(tmp_path):
+    """lr 30 on least squares: the loss ||A x - b||^2 overflows (inf) a round before the model does."""
+    run = tmp_path / "run"
+    args = [a for a in train_args(run, 60, "local.lr=30", "checkpoint.every=1") if a != "--quiet"]
+    proc = run_ranks(0, args, check=False)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and "non-finite update or training loss" in proc.stderr, proc.stderr
+    records = [_strict_json(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records and all(np.isfinite(r["train_loss"]) for r in records)
+    latest = find_latest_valid(run)
+    assert checkpoint_round(latest) == len(records) < 60  # no checkpoint of the round whose loss was not finite
+    with CheckpointReader(latest) as reader:
+        assert np.isfinite(reader.read("server/x")).all()
+    losses = [line.split(" | ")[1] for line in proc.stdout.splitlines() if line.startswith("round ")]
+    assert losses and all(len(loss) <= len("loss -1.234e+306") for loss in losses), losses[-3:]
+    assert any("e+" in loss for loss in losses), losses[-3:]  # large losses in exponent notation
+
+
+def test_metrics_and_result_hold_standard_json(tmp_path):
+    """Rounds without participants have no training loss (NaN in memory): null in the files."""
+    run = tmp_path / "run"
+    run_ranks(0, train_args(run, 12, "participation.pattern=bernoulli", "participation.probability=0.1"))
+    records = [_strict_json(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["train_loss"] is None for r in records) and any(r["train_loss"] is not None for r in records)
+    _strict_json((run / "result.json").read_text())
+    with CheckpointReader(list_checkpoints(run)[-1]) as reader:
+        assert [_strict_json(line) for line in reader.read("metrics/jsonl").splitlines()] == records
+
+
+# ---------------------------------------------------------------------- disk and file-system faults
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A 4 MiB tmpfs to fill up or make read-only (skipped where mounting is not allowed)."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip() or proc.returncode}): needs root or "
+                    "CAP_SYS_ADMIN")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(directory: Path) -> None:
+    """Write a filler file until the file system is full."""
+    with open(directory / "filler", "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+
+
+def _one_fault_line(proc, *needles: str) -> str:
+    line = proc.stderr.strip()
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "\n" not in line and "Traceback" not in line and "NoneType" not in line, proc.stderr[-2000:]
+    assert all(n in line for n in needles), line
+    return line
+
+
+def test_checkpoint_into_a_full_disk_names_the_file_and_the_error(tmpfs):
+    """The disk is already full when a checkpoint starts: the file cannot even be created."""
+    from helpers import BASE as LS_BASE
+    from helpers import federation
+
+    from fedrun.errors import CheckpointWriteError
+    from fedrun.federation import snapshot
+
+    fed = federation(LS_BASE | {"algorithm": {"name": "scaffold"}})
+    fed.round(0)
+    _fill(tmpfs)
+    fed.setup.run_dir = tmpfs
+    with pytest.raises(CheckpointWriteError) as info:
+        snapshot.save(fed.setup, fed.state)
+    assert "ckpt_00000001.h5" in str(info.value) and "No space left on device" in str(info.value), info.value
+    assert not list(tmpfs.glob("*ckpt*"))
+
+
+def test_full_disk_at_start_or_mid_run_ends_with_one_line_and_keeps_the_checkpoints(tmpfs):
+    run = tmpfs / "run"
+    run_ranks(0, train_args(run, 2, "checkpoint.every=1"))
+    before = {p.name: p.read_bytes() for p in list_checkpoints(run)}
+    _fill(tmpfs)
+    proc = run_ranks(2, [*train_args(run, 6, "checkpoint.every=1"), "--resume", "auto"], check=False)
+    _one_fault_line(proc, "No space left on device", str(run))
+    assert {p.name: p.read_bytes() for p in list_checkpoints(run)} == before
+    assert find_latest_valid(run) == run / "ckpt_00000002.h5"
+
+
+def _start_and_wait(run: Path, rounds_done: int) -> subprocess.Popen:
+    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, *train_args(run, 10**6, "checkpoint.every=1")],
+                            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list_checkpoints(run)) >= rounds_done, proc)
+    return proc
+
+
+def test_run_directory_made_read_only_or_moved_away_mid_run(tmpfs):
+    run = tmpfs / "run"
+    proc = _start_and_wait(run, 2)
+    # a read-only bind mount over the run directory (a remount of the tmpfs is refused while files are open)
+    subprocess.run(["mount", "--bind", str(run), str(run)], check=True)
+    for _ in range(100):  # refused (busy) while the run has a file of the directory open for writing
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(run)], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("could not make the run directory read-only")
+    out, err = proc.communicate(timeout=120)
+    _one_fault_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), "Read-only file system",
+                    str(run))
+    assert find_latest_valid(run) is not None  # the earlier checkpoints are intact
+    subprocess.run(["umount", str(run)], check=True)
+    run = tmpfs / "run2"
+    proc = _start_and_wait(run, 2)
+    run.rename(tmpfs / "moved")
+    out, err = proc.communicate(timeout=120)
+    _one_fault_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), "No such file or directory",
+                    str(run))
+    assert find_latest_valid(tmpfs / "moved") is not None

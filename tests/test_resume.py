@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 from helpers import REPO, child_env, final_state, kill_after, metrics, mpiexec, run_ranks, train_args
@@ -84,7 +88,10 @@ def test_sigterm_writes_a_checkpoint_and_exits_75(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err
     state = final_state(run)
-    assert state["meta/round"] == len(log.read_text().splitlines()) >= 5
+    done = len(log.read_text().splitlines())
+    assert state["meta/round"] == done >= 5
+    assert [json.loads(line)["round"] for line in log.read_text().splitlines()] == list(range(1, done + 1))
+    assert f"stopped by a signal after round {done};" in err and f"ckpt_{done:08d}.h5" in err, err
     assert "resume with --resume auto" in err
 
 
@@ -93,3 +100,67 @@ def test_refuses_to_overwrite_another_runs_checkpoints(tmp_path):
     proc = run_ranks(0, train_args(tmp_path / "run", 3, []), check=False)
     assert proc.returncode == 2
     assert "holds checkpoints" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _files(run_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir()) if p.is_file() and p.name != ".lock"}
+
+
+def test_resume_refuses_changed_trajectory_settings_on_one_line_and_writes_nothing(tmp_path):
+    run = tmp_path / "run"
+    run_ranks(0, train_args(run, 3, []))
+    before = _files(run)
+    changed = ["run.seed=4", "run.dtype=float32", "local.lr=0.1", "local.steps=4", "participation.clients_per_round=2"]
+    proc = run_ranks(2, train_args(run, 6, changed, resume=True), check=False)
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, proc.stderr  # decided on rank 0: reported once
+    for want in ("run.seed 0 -> 4", 'run.dtype "float64" -> "float32"', "local.lr 0.05 -> 0.1", "local.steps 3 -> 4",
+                 "participation.clients_per_round 3 -> 2", "--accept-changes"):
+        assert want in line, line
+    assert _files(run) == before
+
+
+def test_resume_accepts_changeable_settings_and_named_trajectory_changes_with_a_history(tmp_path):
+    run = tmp_path / "run"
+    run_ranks(0, train_args(run, 3, []))
+    config_before = (run / "config.yaml").read_text()
+    proc = run_ranks(0, train_args(run, 5, ["eval.every=2", "checkpoint.every=1"], resume=True))
+    assert "run.rounds 3 -> 5" in proc.stdout and "eval.every 0 -> 2" in proc.stdout, proc.stdout
+    history = [json.loads(line) for line in (run / "config_history.jsonl").read_text().splitlines()]
+    assert history[-1]["changes"] == {"run.rounds": [3, 5], "eval.every": [0, 2], "checkpoint.every": [0, 1]}
+    assert history[-1]["trajectory"] == [] and history[-1]["after_round"] == 3
+    assert (run / "config.yaml").read_text() != config_before  # replaced, and the change is on record
+    run_ranks(0, [*train_args(run, 7, ["eval.every=2", "checkpoint.every=1", "local.lr=0.02"], resume=True),
+                  "--accept-changes", "local.lr"])
+    history = [json.loads(line) for line in (run / "config_history.jsonl").read_text().splitlines()]
+    assert len(history) == 2 and history[-1]["trajectory"] == ["local.lr"]
+    assert history[-1]["changes"]["local.lr"] == [0.05, 0.02] and history[-1]["after_round"] == 5
+    assert final_state(run)["meta/round"] == 7
+
+
+def test_incomplete_checkpoint_is_named_by_inspect_and_resume_and_auto_falls_back(tmp_path):
+    run = tmp_path / "run"
+    extra = ["algorithm.name=scaffold", "checkpoint.every=2", "checkpoint.keep=5"]
+    run_ranks(0, train_args(run, 4, extra))
+    newest = run / "ckpt_00000004.h5"
+    misshapen = tmp_path / "misshapen.h5"
+    shutil.copy(run / "ckpt_00000002.h5", misshapen)
+    with h5py.File(newest, "r+") as f:  # every remaining dataset still verifies its checksum
+        del f["clients/c_i"]
+    with h5py.File(misshapen, "r+") as f:
+        del f["server/c"]
+        f["server/c"] = short = np.zeros(3)
+        f["server/c"].attrs["crc32"] = np.uint32(zlib.crc32(short.tobytes()))
+    cases = ((newest, "dataset clients/c_i is missing"), (misshapen, "server/c has shape (3,), expected (5,)"))
+    for path, needle in cases:
+        proc = run_ranks(0, ["-m", "fedrun", "inspect", str(path)], check=False)
+        assert proc.returncode == 2 and "checksums: all" in proc.stdout  # the checksums pass ...
+        assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr  # ... the layout does not
+        proc = run_ranks(2, [*train_args(run, 6, extra), "--resume", str(path)], check=False)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
+    proc = run_ranks(0, ["-m", "fedrun", "inspect", str(run / "ckpt_00000002.h5")])
+    assert "layout: complete" in proc.stdout
+    proc = run_ranks(0, train_args(run, 6, extra, resume=True))
+    assert "skipping checkpoint ckpt_00000004.h5" in proc.stdout and "clients/c_i is missing" in proc.stdout
+    assert final_state(run)["meta/round"] == 6 and final_state(run)["clients/c_i"].shape == (7, 5)

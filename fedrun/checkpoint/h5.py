@@ -640,11 +640,14 @@ def _is_string(ds: h5py.Dataset) -> bool:
 # ------------------------------------------------------------------------------------- run level
 
 
-def find_latest_valid(run_dir: str | os.PathLike, warn: Callable[[str], None] | None = None) -> Path | None:
+def find_latest_valid(run_dir: str | os.PathLike, warn: Callable[[str], None] | None = None,
+                      check: Callable[[CheckpointReader], None] | None = None) -> Path | None:
     """The newest checkpoint in ``run_dir`` that opens and verifies, or None.
 
     Each newer one that fails is reported through ``warn`` (default: ``warnings.warn``), naming the
     file and what is wrong, before falling back to the previous one. Temporaries are ignored.
+    ``check(reader)`` may raise :class:`CheckpointError` for a file that verifies but is not what the
+    caller needs (an incomplete layout); that file is skipped too.
     """
     if warn is None:
         import warnings
@@ -661,6 +664,8 @@ def find_latest_valid(run_dir: str | os.PathLike, warn: Callable[[str], None] | 
                         f"meta/round says {reader.meta['round']}"
                     )
                 reader.verify()
+                if check is not None:
+                    check(reader)
             return path
         except CheckpointError as e:
             warn(f"skipping checkpoint {path.name}: {e}; falling back to the previous one")

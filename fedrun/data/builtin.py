@@ -22,7 +22,7 @@ import numpy as np
 
 from fedrun.config import DataConfig
 from fedrun.data.dataset import TaskData
-from fedrun.errors import DataError
+from fedrun.errors import DataError, require_file
 
 MNIST5K_SPLIT_SEED = 20251130  # the held-out split of mnist5k does not change with the run seed
 
@@ -161,8 +161,13 @@ def load_arrays(cfg: DataConfig, seed: int) -> TaskData:
 
 
 def _open_npz(path: Path) -> np.lib.npyio.NpzFile:
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
+    require_file(path, "a .npz archive of named arrays, as np.savez writes")
+    if not zipfile.is_zipfile(path):  # numpy would try a pickle for anything else, and name that
+        with path.open("rb") as fh:
+            magic = fh.read(6)
+        if magic == b"\x93NUMPY":
+            raise DataError(f"{path}: expected a .npz archive of named arrays, got a single .npy array")
+        raise DataError(f"{path}: not a .npz archive (expected a zip file of .npy arrays, as np.savez writes)")
     try:
         z = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:

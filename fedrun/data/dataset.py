@@ -15,7 +15,9 @@ class TaskData:
     ``x`` arrays are float32 (images [n, C, H, W] scaled to [0, 1] and normalized, or features [n, f])
     or int64 token sequences; ``y`` is int64 class labels (classification) or float targets
     (regression). ``groups`` gives a natural client index per training example (LEAF writers, the
-    rows of a least-squares client) for the ``natural`` partition, else None.
+    rows of a least-squares client) for the ``natural`` partition, else None. ``groups_test`` gives the
+    same client index for each test example where the dataset has its own per-user test split (LEAF;
+    -1 for a test user without training examples), else None.
     """
 
     name: str
@@ -26,6 +28,7 @@ class TaskData:
     num_classes: int
     task: Literal["classification", "regression"] = "classification"
     groups: np.ndarray | None = None
+    groups_test: np.ndarray | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -18,14 +18,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from fedrun.config import DataConfig
+from fedrun.data.client_block import hash_keys
 from fedrun.data.dataset import TaskData
-from fedrun.errors import DataError
+from fedrun.errors import ConfigError, DataError
 
 Partitioner = Callable[[TaskData, DataConfig, int], list[np.ndarray]]
+_CLIENT_TEST_STREAM = 0xC7E5  # hash_keys(seed, stream, client, row) of the per-client test split
 
 
 def partition_iid(task: TaskData, cfg: DataConfig, seed: int) -> list[np.ndarray]:
@@ -114,8 +117,7 @@ PARTITIONERS: dict[str, Partitioner] = {
 def partition(task: TaskData, cfg: DataConfig, seed: int) -> list[np.ndarray]:
     """Index arrays into ``task.x_train``, one per client; every client holds >= 1 example."""
     if cfg.partition not in PARTITIONERS:
-        raise DataError(f"data.partition: expected one of {', '.join(sorted(PARTITIONERS))}, "
-                        f"got {cfg.partition!r}")
+        raise ConfigError(f"data.partition: expected one of {', '.join(PARTITIONERS)}, got {cfg.partition!r}")
     if cfg.num_clients > len(task.y_train):
         raise DataError(f"data.num_clients={cfg.num_clients}: more clients than the "
                         f"{len(task.y_train)} training examples")
@@ -123,3 +125,39 @@ def partition(task: TaskData, cfg: DataConfig, seed: int) -> list[np.ndarray]:
     if min(len(p) for p in parts) == 0:
         raise DataError(f"data.partition={cfg.partition}: a client received no examples")
     return parts
+
+
+@dataclass
+class ClientTests:
+    """Per-client test data: client i's test examples are rows ``parts[i]`` of ``x``, ``y`` (its
+    held-out training rows, or the test split's rows of its user for LEAF data)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    parts: list[np.ndarray]
+
+
+def split_client_tests(task: TaskData, parts: list[np.ndarray], cfg: DataConfig, seed: int,
+                       ) -> tuple[list[np.ndarray], ClientTests]:
+    """Training rows and test data of every client for per-client evaluation (docs/evaluation.md).
+
+    LEAF data with its own per-user test split (``task.groups_test``, natural partition): client i keeps
+    all its training rows and is tested on its user's test rows. Otherwise client i, holding n_i examples,
+    holds out m_i = min(n_i - 1, max(1, round(f n_i))) of them (f = ``data.client_test_fraction``; none
+    when n_i = 1): the m_i of smallest key h(seed, i, j) over its rows j, a counter-based hash, so the
+    split depends on (seed, client) only, never on the number of ranks or the other clients.
+    """
+    if task.groups_test is not None and cfg.partition == "natural":
+        order = np.argsort(task.groups_test, kind="stable")
+        cuts = np.searchsorted(task.groups_test[order], np.arange(len(parts) + 1))
+        tests = [order[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        return parts, ClientTests(task.x_test, task.y_test, tests)
+    train, test = [], []
+    for i, rows in enumerate(parts):
+        n = len(rows)
+        m = min(n - 1, max(1, int(round(cfg.client_test_fraction * n))))
+        held = np.zeros(n, dtype=bool)
+        held[np.argsort(hash_keys(seed, _CLIENT_TEST_STREAM, i, np.arange(n)), kind="stable")[:m]] = True
+        train.append(rows[~held])
+        test.append(rows[held])
+    return train, ClientTests(task.x_train, task.y_train, test)

@@ -205,13 +205,27 @@ def _contiguous(groups: np.ndarray) -> np.ndarray:
     return np.unique(groups, return_inverse=True)[1].astype(np.int64)
 
 
+def _user_groups(train_users: list[formats.LeafUser], g_train: np.ndarray, test_users: list[formats.LeafUser],
+                 g_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Client ids of the train examples (:func:`_contiguous`) and of the test examples: a test example
+    belongs to the client of the train user with the same name (-1 when that user has no train examples)."""
+    groups = _contiguous(g_train)
+    client_of_user = dict.fromkeys((u.name for u in train_users), -1)
+    for user_index, client in zip(g_train, groups, strict=True):
+        client_of_user[train_users[user_index].name] = int(client)
+    per_test_user = np.array([client_of_user.get(u.name, -1) for u in test_users] or [-1], dtype=np.int64)
+    return groups, per_test_user[g_test]
+
+
 def load_femnist(root: str | None, seed: int = 0, test_fraction: float = 0.2) -> TaskData:
     """LEAF FEMNIST: x ``[n, 1, 28, 28]``, 62 classes, ``groups`` = writer index of each train sample."""
     train_users, test_users = _leaf_users("femnist", root, seed, test_fraction, shuffle=True)
     x_train, y_train, g_train = formats.femnist_arrays(train_users)
-    x_test, y_test, _ = formats.femnist_arrays(test_users)
-    return _image_task("femnist", x_train, y_train, x_test, y_test, 62, scale=1.0,
-                       groups=_contiguous(g_train))
+    x_test, y_test, g_test = formats.femnist_arrays(test_users)
+    groups, groups_test = _user_groups(train_users, g_train, test_users, g_test)
+    task = _image_task("femnist", x_train, y_train, x_test, y_test, 62, scale=1.0, groups=groups)
+    task.groups_test = groups_test
+    return task
 
 
 def load_shakespeare(root: str | None, seed: int = 0, test_fraction: float = 0.2) -> TaskData:
@@ -222,9 +236,10 @@ def load_shakespeare(root: str | None, seed: int = 0, test_fraction: float = 0.2
     """
     train_users, test_users = _leaf_users("shakespeare", root, seed, test_fraction, shuffle=False)
     x_train, y_train, g_train = formats.shakespeare_arrays(train_users)
-    x_test, y_test, _ = formats.shakespeare_arrays(test_users)
+    x_test, y_test, g_test = formats.shakespeare_arrays(test_users)
+    groups, groups_test = _user_groups(train_users, g_train, test_users, g_test)
     return TaskData("shakespeare", x_train, y_train, x_test, y_test, formats.SHAKESPEARE_VOCAB_SIZE,
-                    groups=_contiguous(g_train))
+                    groups=groups, groups_test=groups_test)
 
 
 DATASETS: dict[str, Loader] = {

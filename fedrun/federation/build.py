@@ -5,7 +5,8 @@ Construction, in order (the order fixes the random streams, so it is part of the
 and its partition into N clients, the client blocks of the ranks, the algorithm's declaration, the
 placement and this rank's client data, the model and x^(0) (``torch.manual_seed(run.seed)`` first),
 the test shard, the client store and server state, the flat layouts and the first downlink broadcast,
-the schedule, and the local-training strategy.
+the schedule, and the local-training strategy. With ``data.client_test_fraction`` > 0 every client's
+test examples are split off its partition first (its training examples are the rest).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from fedrun.config import Config
 from fedrun.data import load_task
 from fedrun.data.builtin import least_squares_x0
 from fedrun.data.client_block import ClientBlock
-from fedrun.data.partition import partition
+from fedrun.data.partition import partition, split_client_tests
+from fedrun.data.sizes import check_memory
 from fedrun.errors import ConfigError
 from fedrun.federation.blocks import assign_blocks, round_work
+from fedrun.federation.client_eval import ClientEval
 from fedrun.federation.corruption import Corruption
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.exchange import Exchange, check_gathered_memory
@@ -68,8 +71,8 @@ class Setup:
     test_y: Tensor
     exchange: Exchange
     strategy_timings: dict[str, float]
-    plugins: dict[str, str] = field(default_factory=dict)  # {field: "module:Attr@sha256"} (fedrun.plugins)
     corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
+    client_eval: ClientEval | None = None  # per-client evaluation (data.client_test_fraction > 0)
 
     @property
     def first(self) -> int:
@@ -97,8 +100,12 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     """Construct the run on this rank (collective: every rank calls it)."""
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
     seed = cfg.run.seed
+    check_memory(cfg.data)  # before anything is allocated
     task = load_task(cfg.data, seed)
     parts = partition(task, cfg.data, seed)
+    tests = None
+    if cfg.data.client_test_fraction > 0:
+        parts, tests = split_client_tests(task, parts, cfg.data, seed)
     num_clients = len(parts)
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
     blocks = assign_blocks(sizes, world.size)
@@ -161,7 +168,9 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                   loss_fn=loss_fn, classification=task.task == "classification",
                   test_x=_to_device(task.x_test[test_rows], world.device, dtype),
                   test_y=_to_device(task.y_test[test_rows], world.device, dtype),
-                  exchange=exchange, strategy_timings=timings, plugins=cfg.plugin_digests(), corruption=corruption)
+                  exchange=exchange, strategy_timings=timings, corruption=corruption)
+    if tests is not None:
+        setup.client_eval = ClientEval(cfg, world, tests, blocks, dtype, setup.classification)
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
                      delay=DelayTracker(num_clients), strategy=strategy)
     return setup, state

@@ -26,13 +26,13 @@ the step; a server rule whose result is not finite is not applied and stops the 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from fedrun.data.sizes import available_bytes
 from fedrun.errors import ConfigError, NumericalError
 from fedrun.protocol import Declaration, Entry, RoundContext, Scalar
 from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root
@@ -166,7 +166,7 @@ class Exchange:
             if nonfinite_all and not skip:
                 others = f" (and {nonfinite_all - 1} other client(s))" if nonfinite_all > 1 else ""
                 raise NumericalError(f"{label}: client {int(down['_bad_client'])} uploaded a non-finite update "
-                                     f"(NaN/Inf){others}; lower the learning rates or set "
+                                     f"or training loss (NaN/Inf){others}; lower the learning rates or set "
                                      "run.skip_nonfinite_clients=true")
             raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
         down_next = {k: v for k, v in down.items() if not k.startswith("_")}
@@ -176,27 +176,31 @@ class Exchange:
 
 def sum_uploads(up: dict[str, Tensor], loss: Tensor, ids: np.ndarray, skip: bool, gathered: list[str] = (),
                 ) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
-    """Sum per-client uploads ``[C, ...]`` of clients ``ids`` (the ``gathered`` entries stay ``[C, d]``);
-    the sums, the loss sum and a bool ``[C]`` mask of the uploads kept. A non-finite upload makes its sum
-    non-finite: only then are single clients looked at; with ``skip`` those are left out of the sums
-    (never with gathered entries: build refuses that combination)."""
+    """Sum per-client uploads ``[C, ...]`` (the ``gathered`` entries stay ``[C, d]``) and training losses
+    ``[C]`` of clients ``ids``; the sums, the loss sum and a bool ``[C]`` mask of the clients kept. A client
+    whose upload or training loss is not finite (the loss overflows before the model does: ||A x - b||^2
+    at |x| ~ 1e154 in float64) makes a sum non-finite: only then are single clients looked at; with
+    ``skip`` those are left out of the sums (never with gathered entries: build refuses that combination)."""
     sums = {name: value if name in gathered else value.sum(dim=0) for name, value in up.items()}
+    loss_sum = loss.sum()
     kept = np.ones(len(ids), dtype=bool)
-    if not all(bool(torch.isfinite(value).all()) for value in sums.values()):
-        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in up.values()]).all(dim=0)
+    if not all(bool(torch.isfinite(value).all()) for value in (*sums.values(), loss_sum)):
+        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in (*up.values(), loss)])
+        finite = finite.all(dim=0)
         kept = finite.cpu().numpy()
         if skip:
             return {name: value[finite].sum(dim=0) for name, value in up.items()}, loss[finite].sum(), kept
-    return sums, loss.sum(), kept
+    return sums, loss_sum, kept
 
 
 def check_gathered_memory(gathered: int, worst: int, dim: int, dtype: torch.dtype, world: World, field: str) -> None:
     """Refuse at start-up, with one line, a run whose gathered uploads cannot fit: ``gathered`` entries of
     ``worst`` (the largest possible step) x ``dim`` floats, times GATHER_COPIES, against this rank's free
-    memory (the device's on a GPU, MemAvailable on a CPU); every rank decides on every rank's figures."""
+    memory (the device's on a GPU, MemAvailable on a CPU; no check when unknown); every rank decides on
+    every rank's figures."""
     need = gathered * GATHER_COPIES * worst * dim * torch.empty(0, dtype=dtype).element_size()
     free = free_memory(world.device)
-    verdicts = world.allgather_object(None if need <= free else (world.rank, free))
+    verdicts = world.allgather_object(None if free is None or need <= free else (world.rank, free))
     refused = [v for v in verdicts if v is not None]
     if refused:
         rank, free = refused[0]
@@ -206,15 +210,9 @@ def check_gathered_memory(gathered: int, worst: int, dim: int, dtype: torch.dtyp
                           "asynchrony.buffer_size), a smaller model or more memory")
 
 
-def free_memory(device: torch.device) -> int:
-    """Bytes free on ``device``: ``torch.cuda.mem_get_info`` on a GPU, /proc/meminfo's MemAvailable on a CPU."""
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device``: ``torch.cuda.mem_get_info`` on a GPU, else the host's available memory
+    (:func:`fedrun.data.sizes.available_bytes`); None when unknown."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return available_bytes()

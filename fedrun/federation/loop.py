@@ -23,12 +23,16 @@ import torch
 
 from fedrun.checkpoint import list_checkpoints
 from fedrun.config import Config
-from fedrun.errors import ConfigError, RunInterrupted
+from fedrun.errors import CheckpointError, ConfigError, RunInterrupted, on_every_rank, writing
+from fedrun.federation import resume as resume_policy
 from fedrun.federation import snapshot
 from fedrun.federation.build import RunState, Setup, build
 from fedrun.federation.exchange import STOP_SIGNAL
-from fedrun.federation.rounds import run_round
+from fedrun.federation.rounds import CLIENT_ARRAYS, run_round
 from fedrun.metrics.log import MetricsLog, Progress
+from fedrun.metrics.per_client import ClientMetricsFile
+from fedrun.metrics.tensorboard import TensorBoardLog
+from fedrun.runtime.provenance import provenance
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World
 
@@ -42,13 +46,16 @@ class RunResult:
 
 
 def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True,
-          resume: str | None = None, signals: StopSignals | None = None) -> RunResult:
+          resume: str | None = None, signals: StopSignals | None = None,
+          accept_changes: tuple[str, ...] = ()) -> RunResult:
     """Run rounds ``start .. cfg.run.rounds - 1`` and return the final model and metrics.
 
     With a run directory, a checkpoint is written every ``checkpoint.every`` rounds, at the end, and
     when a stop signal arrives (then :class:`RunInterrupted` is raised after the checkpoint).
     ``resume``: ``"auto"`` (newest valid checkpoint of the run directory, if any) or a file path.
     ``signals``: stop-signal handlers installed by the caller (else installed for the rounds only).
+    A resumed run may change only the settings :mod:`fedrun.federation.resume` accepts, and those in
+    ``accept_changes``.
     """
     torch.set_num_threads(cfg.run.threads)
     # nothing in the run directory changes before the inputs are checked: a run that is refused, or that
@@ -56,21 +63,33 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     if resume is None and run_dir is not None and list_checkpoints(run_dir):
         raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
                           "--resume auto or choose another run.dir")
+    path, changes = None, []
+    if resume is not None:
+        path, changes = resume_point(cfg, world, run_dir, resume, accept_changes)
     setup, state = build(cfg, world, run_dir)
     metrics = MetricsLog(run_dir if world.is_root else None)
-    resume_s = None
-    if resume is not None:
+    resume_s, resumed = None, None
+    if path is not None:
         started = time.perf_counter()
-        path = snapshot.locate(setup, resume)
-        if path is not None:
-            snapshot.restore(setup, state, path)
-            metrics.sync(state.metrics)
-            resume_s = time.perf_counter() - started
-            if world.is_root and progress:
-                print(f"fedrun: resumed from {path} at round {state.next_round}", flush=True)
+        snapshot.restore(setup, state, path)
+        resumed = state.next_round
+        resume_s = time.perf_counter() - started
+        if world.is_root and progress:
+            print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
     if run_dir is not None and world.is_root:
-        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        if path is not None:
+            metrics.sync(state.metrics)
+            with writing(run_dir / resume_policy.HISTORY):
+                resume_policy.record(run_dir, changes, str(path), state.next_round)
+            if changes:
+                print(f"fedrun: resuming {path.name} with changed settings: {'; '.join(map(str, changes))} "
+                      f"(recorded in {resume_policy.HISTORY})", flush=True)
+        with writing(run_dir / "config.yaml"):
+            (run_dir / "config.yaml").write_text(cfg.to_yaml())
     runtime = RuntimeLog(setup, state, run_dir, resume_s)
+    root_dir = run_dir if world.is_root else None
+    clients = ClientMetricsFile(root_dir, setup.client_eval.counts, resumed) if setup.client_eval else None
+    board = TensorBoardLog(root_dir if cfg.metrics.tensorboard else None, state.next_round + 1)
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
         print(f"fedrun: local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
@@ -79,9 +98,13 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     with signals or StopSignals() as signals:
         for t in range(state.next_round, cfg.run.rounds):
             entry = run_round(setup, state, t, stop_requested=signals.requested)
+            arrays = entry.pop(CLIENT_ARRAYS, None)
             if world.is_root:
                 state.metrics.append(entry)
                 metrics.sync(state.metrics)
+                if clients is not None and arrays:
+                    clients.append(entry["round"], arrays)
+                board.write(entry, arrays)
                 if bar is not None:
                     bar.update(entry)
             stop = setup.exchange.stop_code() == STOP_SIGNAL
@@ -91,21 +114,46 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
                 path = snapshot.save(setup, state)
                 runtime.checkpoint_written(t + 1, path, time.perf_counter() - started)
                 if stop:
-                    raise RunInterrupted(f"stopped by a signal after round {t}; checkpoint {path}; "
+                    raise RunInterrupted(f"stopped by a signal after round {t + 1}; checkpoint {path}; "
                                          "resume with --resume auto")
+    board.close()
     runtime.finish()
     x = setup.exchange.global_model().detach().cpu().numpy().copy()
     return RunResult(x=x, metrics=state.metrics if world.is_root else [], config=cfg, rank=world.rank)
 
 
+def resume_point(cfg: Config, world: World, run_dir: Path | None, resume: str, accept_changes: tuple[str, ...],
+                 ) -> tuple[Path | None, list[resume_policy.Change]]:
+    """The checkpoint to resume from and the setting changes the resume policy accepts (rank 0's list).
+
+    Rank 0 decides and every rank learns the outcome, so that a refused checkpoint or setting is one line
+    (reported once) and every rank leaves together."""
+    found, changes, failure = None, [], None
+    if world.is_root:
+        try:
+            found = snapshot.locate(run_dir, resume)
+            if found is not None:
+                changes = resume_policy.check(snapshot.saved_config(found), cfg.to_dict(), accept_changes,
+                                              found.name)
+        except (ConfigError, CheckpointError) as exc:
+            failure = (type(exc), str(exc))
+    found, failure = world.broadcast_object((found, failure))
+    if failure is not None:
+        raise on_every_rank(failure[0](failure[1]))
+    return found, changes
+
+
 class RuntimeLog:
-    """``runtime.json`` in the run directory: ranks, device, placement and blocks, the local strategy and its
-    timings, checkpoint write times and sizes, and every rank's peak resident memory at the end."""
+    """``runtime.json`` in the run directory: provenance (versions, git commit, hosts, Slurm ids, command
+    line, start time; :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks,
+    the local strategy and its timings, checkpoint write times and sizes, and every rank's peak resident
+    memory at the end."""
 
     def __init__(self, setup: Setup, state: RunState, run_dir: Path | None, resume_s: float | None) -> None:
         self.world = setup.world
         self.path = None if run_dir is None or not self.world.is_root else run_dir / "runtime.json"
         self.data: dict[str, Any] = {
+            "provenance": provenance(self.world),  # collective: the ranks' host names
             "ranks": self.world.size, "device": str(self.world.device), "backend": self.world.backend,
             "placement": setup.placement, "blocks": setup.blocks, "dim": setup.dim,
             "client_state_bytes_per_rank": state.clients.nbytes,
@@ -126,4 +174,5 @@ class RuntimeLog:
 
     def _write(self) -> None:
         if self.path is not None:
-            self.path.write_text(json.dumps(self.data, indent=1) + "\n")
+            with writing(self.path):
+                self.path.write_text(json.dumps(self.data, indent=1) + "\n")

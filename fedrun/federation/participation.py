@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from fedrun.config import ConfigError, ParticipationConfig
+from fedrun.errors import require_file
 from fedrun.plugins import call, is_import_path, load
 
 STREAM = 0x50415254  # "PART": per-round participation draws, rng([seed, t, STREAM])
@@ -390,6 +391,10 @@ def _read_array(path: str, field: str) -> np.ndarray:
     suffix = p.suffix.lower()
     if suffix not in (".npy", ".csv"):
         raise ConfigError(f"{field}: {path}: expected a .npy or .csv file")
+    try:
+        require_file(p, f"a {suffix} file", ConfigError)
+    except ConfigError as exc:
+        raise ConfigError(f"{field}: {exc}") from None
     try:
         if suffix == ".npy":
             return np.load(p, allow_pickle=False)

@@ -27,12 +27,15 @@ from fedrun.federation.blocks import split_by_work
 from fedrun.federation.build import PENDING, RunState, Setup
 from fedrun.federation.exchange import sum_uploads
 from fedrun.federation.schedule import Step
+from fedrun.metrics.per_client import summary
 from fedrun.protocol import Clients, LocalResult, RoundContext
 from fedrun.runtime.flat import all_reduce_sum
 from fedrun.training.evaluate import evaluate_shard
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.schedule import local_lr
+
+CLIENT_ARRAYS = "_client_arrays"  # entry key of the per-client arrays of an evaluation (the loop takes them out)
 
 
 def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = False) -> dict[str, Any]:
@@ -68,7 +71,7 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
         state.clients.scatter(torch.as_tensor(consumed[kept], device=world.device), new_state)
     bad = consumed[~kept]
     # 5. one reduce, the server rule on rank 0, one broadcast
-    label = f"server step {t}" if parks else f"round {t}"
+    label = f"server step {t + 1}" if parks else f"round {t + 1}"  # user-visible numbers count from 1
     slots = np.searchsorted(step.consume, consumed + setup.first)  # rows of gathered uploads, client-id order
     outcome = setup.exchange.step(label, ctx, sums, loss_sum, int(bad.min()) + setup.first if len(bad) else -1,
                                   len(bad), stop_requested, skip, state.server, setup.algorithm.server_update, slots)
@@ -91,13 +94,16 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
         for name in (*(e.name for e in setup.decl.up), "loss"):
             state.clients.tensors[PENDING + name][rows] = 0
     delays = state.delay.update(arrived)
-    entry: dict[str, Any] = {"round": t, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
+    # user-visible rounds count from 1: the record of round r = t + 1 (README)
+    entry: dict[str, Any] = {"round": t + 1, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
                              "local_lr": lr, **delays}
     if skip:
         entry["dropped_clients"] = dropped
     entry.update(state.schedule.end(t, step, down["x"]))
     if eval_due(cfg, t):
         entry.update(evaluate(setup, outcome.down_next["x"]))
+        if setup.client_eval is not None:
+            entry.update(evaluate_clients(setup, state, outcome.down_next["x"], t))
     account(setup, state, entry, ctx.num_active, len(step.start) - dropped)
     entry["wall_s"] = time.perf_counter() - wall
     state.next_round = t + 1
@@ -201,6 +207,16 @@ def evaluate(setup: Setup, x: Tensor) -> dict[str, float]:
     if setup.classification:
         out["test_accuracy"] = correct / count
     return out
+
+
+def evaluate_clients(setup: Setup, state: RunState, x: Tensor, t: int) -> dict[str, Any]:
+    """The distribution over clients of their own test figures after round t (fedrun.metrics.per_client),
+    with the per-client arrays under :data:`CLIENT_ARRAYS` (rank 0; collective)."""
+    client_eval = setup.client_eval
+    arrays = client_eval.evaluate(setup.model, setup.loss_fn, x, t, setup.block, state.strategy, setup.random_model)
+    if not arrays:
+        return {}
+    return {**summary(arrays, client_eval.counts), CLIENT_ARRAYS: arrays}
 
 
 def account(setup: Setup, state: RunState, entry: dict[str, Any], uploads: int, downloads: int) -> None:

@@ -9,7 +9,6 @@ Rank 0 writes one HDF5 file (fedrun.checkpoint), one group per part of the run s
     runtime/strategy     the local-training strategy
     metrics/jsonl        the metrics records so far
     random/seed          the run seed (every random stream is a function of seed, round and client)
-    plugins/<field>      "package.module:Attr@<sha256>" of every field naming a plugin (fedrun.plugins)
 
 plus the meta group (next round, resolved config, algorithm, N, d). Client rows are streamed from
 their owner ranks in bounded chunks, so rank 0 never holds more than one chunk of another rank's state.
@@ -25,15 +24,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+import yaml
 
+from fedrun.algorithms import get_algorithm
 from fedrun.checkpoint import CheckpointReader, CheckpointWriter, find_latest_valid
-from fedrun.errors import CheckpointError, CheckpointWriteError
-from fedrun.federation.build import RunState, Setup
-from fedrun.protocol import Vector
+from fedrun.config import config_from_dict
+from fedrun.errors import CheckpointError, CheckpointWriteError, ConfigError
+from fedrun.federation.build import PENDING, RunState, Setup
+from fedrun.federation.delay import DelayTracker
+from fedrun.metrics.log import json_line
+from fedrun.protocol import Scalar, Vector
 
 _CHUNK_BYTES = 8 << 20  # rows of client state sent to rank 0 at a time
 
@@ -67,10 +72,8 @@ def save(setup: Setup, state: RunState) -> Path | None:
         for name, value in state.delay.state_dict().items():
             attempt(writer.write, f"history/{name}", value)
         attempt(writer.write, "random/seed", np.int64(cfg.run.seed))
-        for field, digest in setup.plugins.items():
-            attempt(writer.write, f"plugins/{field}", digest)
         attempt(writer.write, "runtime/strategy", state.strategy)
-        attempt(writer.write, "metrics/jsonl", "".join(json.dumps(r) + "\n" for r in state.metrics))
+        attempt(writer.write, "metrics/jsonl", "".join(map(json_line, state.metrics)))
     for entry in state.clients.entries:
         _gather_rows(setup, state, writer, entry.name, isinstance(entry, Vector), attempt)
     path = None
@@ -84,10 +87,10 @@ def save(setup: Setup, state: RunState) -> Path | None:
     if world.size > 1:
         dist.broadcast(failed, src=0)
     if error is not None:
-        raise CheckpointWriteError(f"checkpoint of round {next_round} in {setup.run_dir} failed: {error}; "
+        raise CheckpointWriteError(f"checkpoint after round {next_round} in {setup.run_dir} failed: {error}; "
                                    "the earlier checkpoints are intact") from None
     if failed.item():
-        raise CheckpointWriteError(f"checkpoint of round {next_round} failed on rank 0")
+        raise CheckpointWriteError(f"checkpoint after round {next_round} failed on rank 0")
     return path
 
 
@@ -107,34 +110,105 @@ def _gather_rows(setup: Setup, state: RunState, writer: CheckpointWriter | None,
             if rank == world.rank:
                 rows = local[start - first:end - first].contiguous()
                 if world.is_root:
-                    attempt(writer.write_rows, path, start, rows.cpu().numpy())
+                    attempt(_write_rows, writer, path, start, rows)
                 else:
                     dist.send(rows, dst=0)
             elif world.is_root:
                 rows = torch.empty((end - start, *row_shape), dtype=local.dtype, device=local.device)
-                dist.recv(rows, src=rank)
-                attempt(writer.write_rows, path, start, rows.cpu().numpy())
+                dist.recv(rows, src=rank)  # received even when the file failed: the sender must not block
+                attempt(_write_rows, writer, path, start, rows)
+
+
+def _write_rows(writer: CheckpointWriter | None, path: str, start: int, rows: torch.Tensor) -> None:
+    """Rows into the file; without a writer (its creation failed, the error is already recorded) nothing."""
+    if writer is not None:
+        writer.write_rows(path, start, rows.cpu().numpy())
 
 
 def _numpy_dtype(t: torch.Tensor) -> np.dtype:
     return torch.empty(0, dtype=t.dtype).numpy().dtype
 
 
-def locate(setup: Setup, resume: str) -> Path | None:
-    """The checkpoint to resume from: ``auto`` = newest valid one in the run directory (or None)."""
+def locate(run_dir: Path | None, resume: str) -> Path | None:
+    """The checkpoint to resume from (rank 0): a path, which must open and be complete, or ``auto`` = the newest
+    checkpoint of the run directory that verifies and is complete (:func:`check_layout`), or None."""
     if resume != "auto":
         path = Path(resume)
+        if path.is_dir():
+            raise CheckpointError(f"--resume {path}: is a directory; expected a ckpt_*.h5 file or auto")
         if not path.is_file():
             raise CheckpointError(f"{path}: checkpoint file not found")
+        with CheckpointReader(path) as ckpt:
+            check_layout(ckpt)
         return path
-    if setup.run_dir is None:
+    if run_dir is None:
         return None
-    if setup.world.is_root:
-        found = find_latest_valid(setup.run_dir, warn=lambda msg: print(f"fedrun: warning: {msg}", flush=True))
+    return find_latest_valid(run_dir, warn=lambda msg: print(f"fedrun: warning: {msg}", flush=True),
+                             check=check_layout)
+
+
+def saved_config(path: Path) -> dict[str, Any]:
+    """The resolved config a checkpoint was written with (``meta/config``), as a dict."""
+    with CheckpointReader(path) as ckpt:
+        text = ckpt.read("meta/config")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: meta/config is not a YAML mapping of config sections")
+    return data
+
+
+def expected_layout(meta: dict[str, Any], config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Every dataset a checkpoint with ``meta`` (N, d) and resolved ``config`` must hold, with its shape.
+
+    Derived, as :func:`save` writes it, from the algorithm's declaration (server entries [d] or scalars,
+    client entries [N, d] or [N]), the schedule (a participation pattern's round counter, or the
+    asynchronous queue with a parked upload per client and uploaded entry) and the delay tracker."""
+    n, d = int(meta["num_clients"]), int(meta["dim"])
+    try:
+        cfg = config_from_dict(config)
+    except ConfigError as exc:
+        raise CheckpointError(f"meta/config is not a valid config ({exc})") from None
+    decl = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams).declare()
+
+    def shape(entry: Vector | Scalar, rows: tuple[int, ...]) -> tuple[int, ...]:
+        return (*rows, d) if isinstance(entry, Vector) else rows
+
+    layout = {f"server/{e.name}": shape(e, ()) for e in decl.server}
+    clients = list(decl.client)
+    if cfg.asynchrony.enabled:
+        clients += [type(e)(PENDING + e.name) for e in (*decl.up, Scalar("loss"))]
+        layout.update({"schedule/start": (n,), "schedule/finish": (n,), "schedule/clock": ()})
     else:
-        found = None
-    found = setup.world.broadcast_object(None if found is None else str(found))
-    return None if found is None else Path(found)
+        layout["schedule/next_round"] = ()
+    layout.update({f"clients/{e.name}": shape(e, (n,)) for e in clients})
+    layout.update({f"history/{k}": np.shape(v) for k, v in DelayTracker(n).state_dict().items()})
+    layout.update({"random/seed": (), "runtime/strategy": (), "metrics/jsonl": ()})
+    return layout
+
+
+def check_layout(ckpt: CheckpointReader) -> None:
+    """Raise :class:`CheckpointError` naming the first dataset of :func:`expected_layout` that is missing or
+    misshapen in ``ckpt`` (the layout follows from the checkpoint's own meta and config)."""
+    try:
+        config = yaml.safe_load(ckpt.read("meta/config"))
+    except yaml.YAMLError:
+        config = None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{ckpt.path}: meta/config is not a YAML mapping of config sections")
+    try:
+        layout = expected_layout(ckpt.meta, config)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{ckpt.path}: {exc}") from None
+    present = set(ckpt.datasets())
+    for path, want in layout.items():
+        if path not in present:
+            raise CheckpointError(f"{ckpt.path}: incomplete checkpoint: dataset {path} is missing (expected "
+                                  f"shape {want} for algorithm {ckpt.meta['algorithm']})")
+        if ckpt.shape(path) != want:
+            raise CheckpointError(f"{ckpt.path}: dataset {path} has shape {ckpt.shape(path)}, expected {want}")
 
 
 def restore(setup: Setup, state: RunState, path: Path) -> None:
@@ -146,7 +220,6 @@ def restore(setup: Setup, state: RunState, path: Path) -> None:
         for key, value in expected.items():
             if meta[key] != value:
                 raise CheckpointError(f"{path}: written for {key}={meta[key]!r}, but this run has {key}={value!r}")
-        _check_plugins(path, recorded_plugins(ckpt), setup.plugins)
         device, dtype = setup.world.device, setup.dtype
         if setup.world.is_root:
             state.server = {e.name: _tensor(ckpt.read(f"server/{e.name}"), device, dtype) for e in setup.decl.server}
@@ -163,23 +236,6 @@ def restore(setup: Setup, state: RunState, path: Path) -> None:
         state.metrics = [json.loads(line) for line in ckpt.read("metrics/jsonl").splitlines() if line.strip()]
         state.next_round = int(meta["round"])
     setup.exchange.publish(state.server)
-
-
-def recorded_plugins(ckpt: CheckpointReader) -> dict[str, str]:
-    """``{field: "module:Attr@sha256"}`` as the checkpoint recorded it (empty before plugins existed)."""
-    if "plugins" not in ckpt.names():
-        return {}
-    return {field: str(ckpt.read(f"plugins/{field}")) for field in ckpt.names("plugins")}
-
-
-def _check_plugins(path: Path, recorded: dict[str, str], current: dict[str, str]) -> None:
-    """Refuse to resume when a plugin's source changed since the checkpoint (or a plugin field changed):
-    the resumed run would not continue the recorded one."""
-    for field in sorted(set(recorded) | set(current)):
-        was, now = recorded.get(field, "(no plugin)"), current.get(field, "(no plugin)")
-        if was != now:
-            raise CheckpointError(f"{path}: {field} was {was} when the checkpoint was written, now {now}; "
-                                  "restore that code, or start a new run.dir")
 
 
 def _tensor(value: np.ndarray, device: torch.device, dtype: torch.dtype) -> torch.Tensor:

@@ -1,4 +1,6 @@
-"""Per-round metrics (``metrics.jsonl``), the resolved config, and the progress line (rank 0 only)."""
+"""Per-round metrics (``metrics.jsonl``), the resolved config, and the progress line (rank 0 only).
+
+Metrics files are standard JSON: a non-finite number (a NaN loss) is written as ``null``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,25 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from fedrun.errors import writing
+
+
+def standard(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, Inf) replaced by None, recursively: standard JSON has no
+    NaN or Infinity, and readers other than Python's (jq, JavaScript, pandas' strict mode) refuse them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: standard(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [standard(v) for v in value]
+    return value
+
+
+def json_line(record: dict[str, Any]) -> str:
+    """One record as a line of standard JSON (non-finite numbers are null)."""
+    return json.dumps(standard(record), allow_nan=False) + "\n"
 
 
 class MetricsLog:
@@ -24,11 +45,12 @@ class MetricsLog:
         """Make the file hold exactly ``records`` (a resumed run's checkpoint records, then one more per round)."""
         if self.path is None:
             return
-        if self._written is None or self._written > len(records):
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
-        else:
-            with self.path.open("a") as fh:
-                fh.writelines(json.dumps(r) + "\n" for r in records[self._written:])
+        with writing(self.path):
+            if self._written is None or self._written > len(records):
+                self.path.write_text("".join(map(json_line, records)))
+            else:
+                with self.path.open("a") as fh:
+                    fh.writelines(map(json_line, records[self._written:]))
         self._written = len(records)
 
 
@@ -44,18 +66,28 @@ class Progress:
 
     def update(self, entry: dict[str, Any]) -> None:
         self.done_here += 1
-        t = entry["round"] + 1
+        t = entry["round"]  # counts from 1
         if t % self.every and t != self.total and "test_accuracy" not in entry:
             return
         per_round = (time.perf_counter() - self.start) / self.done_here
         eta = per_round * (self.total - t)
-        parts = [f"round {t}/{self.total}", f"loss {entry['train_loss']:.4f}"]
+        parts = [f"round {t}/{self.total}", f"loss {number(entry['train_loss'])}"]
         if "test_accuracy" in entry:
             parts.append(f"test acc {100 * entry['test_accuracy']:.2f}%")
         elif "test_loss" in entry:
-            parts.append(f"test loss {entry['test_loss']:.4g}")
+            parts.append(f"test loss {number(entry['test_loss'])}")
         parts += [f"{per_round:.3f} s/round", f"ETA {_hms(eta)}"]
         print(" | ".join(parts), file=self.stream, flush=True)
+
+
+def number(value: float | None) -> str:
+    """A loss for the progress line: 4 decimals in the usual range, else 4 significant digits with an
+    exponent (``1.2e+296``, not a 300-digit integer); ``inf``, ``nan``; ``-`` for None."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4f}" if value == 0 or 1e-3 <= abs(value) < 1e6 else f"{value:.4g}"
 
 
 def _hms(seconds: float) -> str:

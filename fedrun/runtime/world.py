@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import sys
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,7 @@ class World:
     backend: str  # "gloo", "nccl" or "none" (single process)
     comm: Any = None  # mpi4py communicator, or None without MPI
     store: Any = None  # the rendezvous TCPStore, kept alive until every rank has left the group
+    peers: list[tuple[str, int]] | None = None  # (host, pid) of every rank, learnt at the rendezvous
 
     @property
     def is_root(self) -> bool:
@@ -65,6 +68,9 @@ class World:
     def abort(self, code: int = 1) -> None:
         """End every rank of the job now (used when one rank fails, so that no peer hangs)."""
         if self.comm is not None and self.size > 1:
+            # the caller printed fedrun's one line; MPICH would add "Abort(c) on node ...": keep stderr to that line
+            sys.stderr.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
             self.comm.Abort(code)
         os._exit(code)
 
@@ -137,7 +143,7 @@ def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
     dist.init_process_group(backend=backend, store=store, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend, comm=comm,
-                 store=store)
+                 store=store, peers=exchange_peers(store, rank, size))
 
 
 def _split_type_shared() -> int:
@@ -204,3 +210,50 @@ def _first_slurm_host() -> str:
 def _slurm_port() -> int:
     key = f"{os.environ.get('SLURM_JOB_ID', '0')}.{os.environ.get('SLURM_STEP_ID', '0')}"
     return 20000 + zlib.crc32(key.encode()) % 30000
+
+
+# ------------------------------------------------------------------------------- naming a lost rank
+#
+# Every rank publishes its host and pid in the rendezvous store (whatever the launcher: mpiexec, srun or
+# torchrun all go through a TCPStore), so that the survivor that notices a broken collective first can
+# name the rank that died or stopped, without asking the store again (it may have died with rank 0).
+
+
+def exchange_peers(store: Any, rank: int, size: int) -> list[tuple[str, int]]:
+    """(host, pid) of every rank, in rank order, through the store (every rank calls it)."""
+    store.set(f"fedrun/peer/{rank}", f"{socket.gethostname()} {os.getpid()}")
+    peers = []
+    for r in range(size):
+        host, pid = store.get(f"fedrun/peer/{r}").decode().rsplit(" ", 1)
+        peers.append((host, int(pid)))
+    return peers
+
+
+def _process_state(pid: int) -> str | None:
+    """How a process of this host fails: 'is gone' (exited, killed, a zombie) or 'is stopped'; None if running."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "is gone"
+    return {"Z": "is gone", "X": "is gone", "T": "is stopped", "t": "is stopped"}.get(state)
+
+
+def lost_ranks(world: World) -> list[str]:
+    """``rank R on host H died or stopped answering (...)`` for every peer on this host whose process is gone
+    or stopped; when none is, a lone peer on another host is the one that stopped answering."""
+    if not world.peers:
+        return []
+    here = socket.gethostname()
+    found: list[str] = []
+    deadline = time.monotonic() + 1.0  # a killed process may take a moment to leave the running state
+    while not found and time.monotonic() < deadline:
+        for rank, (host, pid) in enumerate(world.peers):
+            if rank != world.rank and host == here and (state := _process_state(pid)) is not None:
+                found.append(f"rank {rank} on host {host} died or stopped answering (its process {pid} {state})")
+        if not found:
+            time.sleep(0.05)
+    others = [(r, host) for r, (host, _) in enumerate(world.peers) if host != here]
+    if not found and len(others) == 1:
+        found.append(f"rank {others[0][0]} on host {others[0][1]} died or stopped answering")
+    return found

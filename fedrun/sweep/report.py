@@ -1,17 +1,23 @@
-"""Report on a sweep directory: one table of final metrics per configuration, and learning curves.
+"""Report on a sweep directory or one run: one table of final metrics per configuration, and learning curves.
 
-    python -m fedrun report SWEEP_DIR [--out DIR]
+    python -m fedrun report SWEEP_DIR|RUN_DIR [--out DIR]
 
 Reads every run directory under SWEEP_DIR (those listed in ``sweep.json`` written at submission, or any
-subdirectory with a ``metrics.jsonl``). Runs that differ only in the seed axis (``seed_key``, default
+subdirectory with a ``metrics.jsonl``), or the one run of a RUN_DIR that has a ``metrics.jsonl``.
+Runs that differ only in the seed axis (``seed_key``, default
 ``run.seed``) form one configuration; the table gives mean ± std over its seeds of the final metrics
 (``result.json`` where the run finished, else its last metrics row; the ``done`` column says how many
-finished). Writes to SWEEP_DIR (or --out):
+finished). ``run_s`` is a run's time in rounds (the sum of its per-round ``wall_s``, across resumes;
+start-up excluded), not the last round's. Writes to SWEEP_DIR (or --out):
 
 * ``summary.csv`` and ``summary.md``: one row per configuration;
-* ``curves_rounds.png``: training loss and test accuracy against rounds;
-* ``curves_uplink.png``: the same against cumulative uplink floats (the FedSUM paper's Figure 1 view),
-  one line per configuration (the seed mean, with a band of ± one std).
+* ``curves_rounds.png``: training loss and test accuracy against rounds (integer ticks; rounds from 1);
+* ``curves_uplink.png``: the same against cumulative uplink floats (the FedSUM paper's Figure 1 view);
+* ``curves_communicated.png``: the same against cumulative communicated floats (uplink + downlink);
+  one line per configuration (the seed mean, with a band of ± one std over seeds);
+* ``clients.png`` when the runs evaluated per client (docs/evaluation.md): a histogram of the per-client
+  test accuracy at the last evaluation (from each run's ``clients.h5``, seeds pooled), and the mean and
+  worst-10% client accuracy against rounds.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from typing import Any
 
 import yaml
 
-METRICS = ("train_loss", "test_accuracy", "test_loss", "uplink_total", "downlink_total", "wall_s", "round")
+METRICS = ("train_loss", "test_accuracy", "test_loss", "client_accuracy_mean", "client_accuracy_worst10",
+           "uplink_total", "downlink_total", "run_s", "round")
 
 
 @dataclass
@@ -79,6 +86,9 @@ def load_run(run_dir: Path, name: str | None = None, point: dict[str, Any] | Non
     for direction in ("uplink", "downlink"):
         for row, value in zip(rows, _cumulative(rows, direction), strict=True):
             row[f"{direction}_total"] = value
+    for row in rows:
+        up, down = row.get("uplink_total"), row.get("downlink_total")
+        row["communicated_total"] = None if up is None or down is None else up + down
     if point is None:
         sp = run_dir / "sweep_point.json"
         point = json.loads(sp.read_text()).get("point", {}) if sp.is_file() else {}
@@ -92,6 +102,9 @@ def load_run(run_dir: Path, name: str | None = None, point: dict[str, Any] | Non
         if isinstance(result, dict):
             flat = dict(result.get("final", result)) if isinstance(result.get("final"), dict) else result
             final.update({k: v for k, v in flat.items() if isinstance(v, (int, float)) and v is not None})
+    walls = [r["wall_s"] for r in rows if isinstance(r.get("wall_s"), (int, float))]
+    if walls:
+        final["run_s"] = sum(walls)
     algorithm = point.get("algorithm.name")
     if algorithm is None:
         cfg = run_dir / "config.yaml"
@@ -107,6 +120,8 @@ def load_run(run_dir: Path, name: str | None = None, point: dict[str, Any] | Non
 def load_sweep_dir(root: Path) -> tuple[list[RunRecord], str]:
     """Every run of a sweep directory and the seed key."""
     manifest = root / "sweep.json"
+    if not manifest.is_file() and (root / "metrics.jsonl").is_file():  # one run directory
+        return [load_run(root)], "run.seed"
     if manifest.is_file():
         info = json.loads(manifest.read_text())
         runs = [load_run(root / r["name"], r["name"], r.get("point", {})) for r in info.get("runs", [])]
@@ -153,7 +168,7 @@ def summarize(runs: list[RunRecord], seed_key: str) -> list[dict[str, Any]]:
 def _fmt(x: float, metric: str) -> str:
     if isinstance(x, float) and math.isnan(x):
         return "-"
-    if metric in ("uplink_total", "downlink_total"):
+    if metric in ("uplink_total", "downlink_total", "run_s"):
         return f"{x:.3g}"
     if metric == "round":
         return f"{x:.0f}"
@@ -204,28 +219,42 @@ def _curve(members: list[RunRecord], x_key: str, y_key: str) -> tuple[list[float
     return xs, means, stds
 
 
+def _band(ax, xs: list[float], ys: list[float], sd: list[float], color: str, labelled: bool) -> None:
+    """The ± one std band over seeds around a seed-mean curve (labelled once per axes)."""
+    low = [y - s for y, s in zip(ys, sd, strict=True)]
+    high = [y + s for y, s in zip(ys, sd, strict=True)]
+    ax.fill_between(xs, low, high, color=color, alpha=0.2, linewidth=0,
+                    label=None if labelled else "±1 std over seeds")
+
+
 def plot_curves(runs: list[RunRecord], seed_key: str, out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     groups = group_runs(runs, seed_key)
     written = []
     for x_key, x_label, fname in (("round", "round", "curves_rounds.png"),
-                                  ("uplink_total", "cumulative uplink (floats)", "curves_uplink.png")):
+                                  ("uplink_total", "cumulative uplink (floats)", "curves_uplink.png"),
+                                  ("communicated_total", "cumulative communicated floats (uplink + downlink)",
+                                   "curves_communicated.png")):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for ax, (y_key, y_label) in zip(axes, (("train_loss", "training loss"),
                                                ("test_accuracy", "test accuracy")), strict=True):
+            banded = False
             for label, members in groups.items():
                 xs, ys, sd = _curve(members, x_key, y_key)
                 if not xs:
                     continue
                 (line,) = ax.plot(xs, ys, label=label)
                 if len(members) > 1:
-                    low = [y - s for y, s in zip(ys, sd, strict=True)]
-                    high = [y + s for y, s in zip(ys, sd, strict=True)]
-                    ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+                    _band(ax, xs, ys, sd, line.get_color(), banded)
+                    banded = True
+            ax.set_title(f"{y_label} against {x_label.split(' (')[0]}")
+            if x_key == "round":
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel(x_label)
             ax.set_ylabel(y_label)
             if y_key == "train_loss" and all(
@@ -239,7 +268,60 @@ def plot_curves(runs: list[RunRecord], seed_key: str, out: Path) -> list[Path]:
         fig.savefig(path, dpi=120)
         plt.close(fig)
         written.append(path)
+    if any("client_accuracy_mean" in row for run in runs for row in run.rows):
+        written.append(plot_clients(groups, out))
     return written
+
+
+def last_client_accuracy(run: RunRecord) -> list[float]:
+    """Per-client test accuracy of the run's last evaluation (its clients.h5; [] without one)."""
+    path = run.dir / "clients.h5"
+    if not path.is_file():
+        return []
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        if "accuracy" not in f or not f["accuracy"].shape[0]:
+            return []
+        values = f["accuracy"][-1]
+    return [float(v) for v in values if math.isfinite(v)]
+
+
+def plot_clients(groups: dict[str, list[RunRecord]], out: Path) -> Path:
+    """``clients.png``: per-client accuracy histogram at the last evaluation, and the mean and worst-10%
+    client accuracy against rounds, one colour per configuration."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, (hist, curves) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, members in groups.items():
+        values = [v for m in members for v in last_client_accuracy(m)]
+        color = None
+        if values:
+            _, _, patches = hist.hist(values, bins=20, range=(0, 1), histtype="step", linewidth=1.5, label=label)
+            color = patches[0].get_edgecolor()
+        for key, style, name in (("client_accuracy_mean", "-", "mean"), ("client_accuracy_worst10", "--",
+                                                                          "worst 10%")):
+            xs, ys, _ = _curve(members, "round", key)
+            if xs:
+                (line,) = curves.plot(xs, ys, style, color=color, label=f"{label}: {name}")
+                color = line.get_color()
+    hist.set_title("per-client test accuracy at the last evaluation")
+    hist.set_xlabel("client test accuracy")
+    hist.set_ylabel("clients (seeds pooled)")
+    curves.set_title("client test accuracy: mean and worst 10% of clients")
+    curves.set_xlabel("round")
+    curves.set_ylabel("client test accuracy")
+    curves.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in (hist, curves):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "clients.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def make_report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
