@@ -4,8 +4,9 @@ Every field has a type and a default; loading checks types, rejects unknown keys
 section's ``check`` so that a bad value fails before any rank starts training, with one line that
 names the field (``local.lr: expected a number > 0, got -1``).
 
-The ``algorithm`` section is open-ended: ``name`` selects an algorithm and the remaining keys are
-validated against that algorithm's own ``Hparams`` dataclass (see ``fedrun.algorithms``).
+The ``algorithm`` section is open-ended: ``name`` selects an algorithm (a registered name or a plugin's
+``package.module:Class``) and the remaining keys are validated against that algorithm's own ``Hparams``
+dataclass (see ``fedrun.algorithms``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 
 from fedrun.algorithms import get_algorithm
 from fedrun.errors import ConfigError, require
+from fedrun.plugins import digests
 
 __all__ = ["Config", "ConfigError", "apply_override", "build_dataclass", "config_from_dict", "load_config"]
 
@@ -248,6 +250,27 @@ class AsyncConfig:
 
 
 @dataclass
+class CorruptionConfig:
+    """Clients that upload corrupted model deltas, to show an aggregator failing or holding
+    (fedrun/federation/corruption.py, docs/algorithms.md). Off by default."""
+
+    kind: Literal["none", "sign_flip", "gaussian"] = "none"
+    clients: list[int] | None = None  # the corrupted clients' ids ...
+    fraction: float = 0.0  # ... or this share of the N clients, drawn once from the run seed
+    scale: float = 1.0  # sign_flip: upload -scale * Delta_i; gaussian: upload scale * N(0, I)
+
+    def check(self) -> None:
+        require(0 <= self.fraction <= 1, "corruption.fraction", "a number in [0, 1]", self.fraction)
+        require(self.scale > 0, "corruption.scale", "a number > 0", self.scale)
+        require(self.clients is None or all(i >= 0 for i in self.clients), "corruption.clients",
+                "null or a list of client ids >= 0", self.clients)
+        require(self.clients is None or self.fraction == 0, "corruption.fraction",
+                "0 when corruption.clients lists the clients", self.fraction)
+        require(self.kind == "none" or bool(self.clients) or self.fraction > 0, "corruption.kind",
+                "none, or corruption.clients / corruption.fraction naming the corrupted clients", self.kind)
+
+
+@dataclass
 class AlgorithmConfig:
     """``name`` plus the algorithm's own hyperparameters (a dataclass instance, validated on load)."""
 
@@ -267,6 +290,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     asynchrony: AsyncConfig = field(default_factory=AsyncConfig)
+    corruption: CorruptionConfig = field(default_factory=CorruptionConfig)
 
     def check(self) -> None:
         """Checks across sections (each section has checked its own fields first)."""
@@ -278,13 +302,25 @@ class Config:
         return Path(self.run.dir.format(name=self.run.name, seed=self.run.seed))
 
     def to_dict(self) -> dict[str, Any]:
+        """The resolved config; with plugins, a derived ``plugins`` section ``{field: "module:Attr@sha256"}``
+        (:meth:`plugin_digests`), so that the checkpoint's ``meta/config`` records the plugins' code and
+        the resume policy (fedrun.federation.resume) sees a changed plugin as a changed setting."""
         out = dataclasses.asdict(self)
         algo = out.pop("algorithm")
         out["algorithm"] = {"name": algo["name"], **(algo["hparams"] or {})}
+        plugins = self.plugin_digests()
+        if plugins:
+            out["plugins"] = plugins
         return out
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def plugin_digests(self) -> dict[str, str]:
+        """``{field: "package.module:Attr@<sha256 of the module's source>"}`` for every registry field that
+        names a plugin (fedrun.plugins); a checkpoint records it, a resume compares it."""
+        return digests({"algorithm.name": self.algorithm.name, "model.name": self.model.name,
+                        "data.name": self.data.name, "participation.pattern": self.participation.pattern})
 
 
 _SECTIONS = frozenset(f.name for f in dataclasses.fields(Config))
@@ -369,6 +405,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     Types, ranges and the algorithm's hyperparameters are checked here; the names of the model, dataset,
     partitioner and participation pattern are checked by their registries when the run is built."""
     data = dict(data)
+    data.pop("plugins", None)  # derived from the code on the Python path (Config.to_dict), never a setting
     algo_raw = data.pop("algorithm", None) or {}
     if not isinstance(algo_raw, dict):
         raise ConfigError(f"algorithm: expected a mapping, got {algo_raw!r}")

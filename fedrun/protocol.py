@@ -22,10 +22,14 @@ Init = Literal["zeros", "model"] | float
 
 @dataclass(frozen=True)
 class Vector:
-    """A model-sized entry ``[d]`` (server) or ``[C, d]`` (client, upload)."""
+    """A model-sized entry ``[d]`` (server) or ``[C, d]`` (client, upload).
+
+    An upload entry is summed over the step's consumed clients by default; with ``gather=True`` the
+    server rule receives the individual uploads instead, as ``[|S_t|, d]`` in client-id order."""
 
     name: str
     init: Init = "zeros"  # "model": the initial global model x^(0)
+    gather: bool = False  # upload entries only: deliver every client's row instead of their sum
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,9 @@ class Declaration:
     client: tuple[Entry, ...] = ()
     down: tuple[str, ...] = ("x",)
     up: tuple[Entry, ...] = ()
+    # the upload entry that carries the client's model delta (or a multiple of it), if any: the runtime's
+    # ``corruption`` option corrupts this entry of the chosen clients, without the algorithm knowing
+    model_delta: str | None = None
 
     def __post_init__(self) -> None:
         server_names = [e.name for e in self.server]
@@ -53,6 +60,8 @@ class Declaration:
         for name in self.down:
             if name not in server_names:
                 raise ValueError(f"downlink entry {name!r} is not a server entry")
+        if self.model_delta is not None and self.model_delta not in [e.name for e in self.up]:
+            raise ValueError(f"model_delta {self.model_delta!r} is not an upload entry")
         for group in (self.server, self.client, self.up):
             names = [e.name for e in group]
             if len(set(names)) != len(names):
@@ -61,6 +70,10 @@ class Declaration:
     def floats(self, entries: tuple[Entry, ...] | list[Entry], dim: int) -> int:
         """Number of floats in one copy of ``entries`` for a model of dimension ``dim``."""
         return sum(dim if isinstance(e, Vector) else 1 for e in entries)
+
+    def gathered(self) -> set[str]:
+        """Names of the upload entries the server rule receives per client (``Vector(..., gather=True)``)."""
+        return {e.name for e in self.up if isinstance(e, Vector) and e.gather}
 
     def down_entries(self) -> list[Entry]:
         by_name = {e.name: e for e in self.server}
@@ -93,7 +106,7 @@ class LocalPlan:
     """What a block of C participating clients does locally this round (docs/algorithms.md).
 
     Each step k: ``g`` raw minibatch gradient (clipped if configured), direction
-    ``g + correction`` (+ weight decay), optimizer step scaled by ``lr * lr_scale``.
+    ``g + correction`` (+ weight decay, + ``prox * (x - start)``), optimizer step scaled by ``lr * lr_scale``.
     """
 
     start: Tensor  # [C, d] starting points (may be a broadcast view: the solver works on a copy)
@@ -103,6 +116,7 @@ class LocalPlan:
     optimizer: LocalOptimizer | None = None  # None: the run's SGD (local.momentum), reset every round
     optimizer_state: dict[str, Tensor] | None = None  # persisted local optimizer state, [C, d] each
     steps: int | None = None  # run only the first ``steps`` local steps this round (None: all K)
+    prox: float = 0.0  # FedProx's mu: every processed gradient gains prox * (x - start), 0 adds nothing
 
 
 @dataclass

@@ -3,6 +3,8 @@
 Launching real ranks (``mpiexec`` of the mpich wheel):
 
 * ``run_ranks(ranks, args, ...)``: ``python ARGS`` on ``ranks`` MPI ranks (0: a plain process);
+* ``kill_after(args, run_dir, rounds_done)``: start such a job and SIGKILL all of it after that many rounds;
+* ``slurm_reason()``: why the real Slurm of tests/cluster/slurm_up.sh cannot serve a test, or None;
 * ``final_models(ranks, tmp_path, {name: config})`` / ``final_model(ranks, tmp_path, config)``: final models
   of runs on ``ranks`` ranks, many configs per launch (tests/mpi_models.py);
 * ``mpiexec()``, ``child_env()``, ``REPO``; ``LEAST_SQUARES``: overrides for a small float64 CLI run;
@@ -26,7 +28,8 @@ The problem (all arrays numpy float64, built exactly as the runtime loads the da
 
 * ``problem(cfg)``: (A [N, m, d], b [N, m]); ``client_grads(cfg, x)``: [N, d], grad f_i(x);
 * ``x_star(cfg)``: the minimiser of f = (1/N) sum_i f_i;
-* ``x_fedavg(cfg)``: the biased fixed point of FedAvg with K steps of lr eta_l (V14).
+* ``x_fedavg(cfg)``: the biased fixed point of FedAvg with K steps of lr eta_l (V14);
+* ``local_deltas(cfg, x, clients)``: [len(clients), d], each client's Delta_i of K full-batch steps from x.
 
 Running:
 
@@ -52,8 +55,10 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,6 +108,38 @@ def run_ranks(ranks: int, args: list[str], timeout: float = 240, cwd: Path | Non
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def kill_after(args: list[str], run_dir: Path, rounds_done: int, ranks: int = 2) -> None:
+    """Start ``ranks`` ranks, SIGKILL the whole job once ``rounds_done`` rounds are logged."""
+    proc = subprocess.Popen([mpiexec(), "-n", str(ranks), sys.executable, *args], env=child_env(), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = run_dir / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= rounds_done:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def slurm_reason() -> str | None:
+    """Why the Slurm tests cannot run here, or None when the local cluster is up."""
+    for tool in ("srun", "sbatch", "scontrol", "sinfo"):
+        if shutil.which(tool) is None:
+            return f"{tool} not on PATH: start Slurm with tests/cluster/slurm_up.sh"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10).stdout
+        state = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"Slurm does not answer ({exc}): start it with tests/cluster/slurm_up.sh"
+    if "UP" not in ping:
+        return "slurmctld is not up: start Slurm with tests/cluster/slurm_up.sh"
+    if not any(s.startswith(("idle", "mix", "alloc")) for s in state.split()):
+        return f"no usable Slurm node (sinfo: {state.split()}): run tests/cluster/slurm_up.sh"
+    return None
 
 
 def final_models(ranks: int, tmp_path: Path, configs: dict[str, dict | list[str]],
@@ -203,6 +240,19 @@ def x_fedavg(cfg: dict[str, Any] | Config) -> np.ndarray:
         ms.append(np.linalg.matrix_power(step, k))
         cs.append(sum(np.linalg.matrix_power(step, j) for j in range(k)) @ (lr * ai.T @ bi / len(bi)))
     return np.linalg.solve(eye - sum(ms) / len(ms), sum(cs) / len(cs))
+
+
+def local_deltas(cfg, x: np.ndarray, clients: np.ndarray) -> np.ndarray:
+    """Delta_i of K full-batch GD steps from x on f_i = 1/(2m) ||A_i x - b_i||^2, for i in ``clients``."""
+    c = resolve(cfg)
+    a, b = problem(c)
+    out = []
+    for i in clients:
+        xi = x.copy()
+        for _ in range(c.local.steps):
+            xi = xi - c.local.lr * a[i].T @ (a[i] @ xi - b[i]) / len(b[i])
+        out.append(xi - x)
+    return np.array(out).reshape(len(clients), -1)
 
 
 def bernoulli_trace(rounds: int, p: float | np.ndarray, seed: int, num_clients: int = N) -> np.ndarray:

@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from helpers import slurm_reason
 
 from fedrun.sweep import report as report_mod
 from fedrun.sweep.spec import SweepError, expand_grid, load_sweep, run_name
@@ -273,23 +274,6 @@ def test_local_executor_sweep_skips_finished_runs(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------- real Slurm
-
-
-def slurm_reason() -> str | None:
-    """Why the Slurm tests cannot run here, or None when the local cluster is up."""
-    for tool in ("srun", "sbatch", "scontrol", "sinfo"):
-        if shutil.which(tool) is None:
-            return f"{tool} not on PATH: start Slurm with tests/cluster/slurm_up.sh"
-    try:
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10).stdout
-        state = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"Slurm does not answer ({exc}): start it with tests/cluster/slurm_up.sh"
-    if "UP" not in ping:
-        return "slurmctld is not up: start Slurm with tests/cluster/slurm_up.sh"
-    if not any(s.startswith(("idle", "mix", "alloc")) for s in state.split()):
-        return f"no usable Slurm node (sinfo: {state.split()}): run tests/cluster/slurm_up.sh"
-    return None
 
 
 @functools.cache

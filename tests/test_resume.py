@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
@@ -16,7 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from helpers import REPO, child_env, final_state, metrics, mpiexec, run_ranks, train_args
+from helpers import REPO, child_env, final_state, kill_after, metrics, mpiexec, run_ranks, train_args
 
 pytestmark = pytest.mark.mpi
 
@@ -30,21 +29,6 @@ def assert_same_run(a: Path, b: Path, exact: bool = True, rtol: float = 0.0) -> 
             np.testing.assert_allclose(sb[key], sa[key], rtol=rtol, atol=rtol * np.abs(sa[key]).max(), err_msg=key)
     if exact:
         assert metrics(a) == metrics(b)
-
-
-def kill_after(args: list[str], run_dir: Path, rounds_done: int, ranks: int = 2) -> None:
-    """Start ``ranks`` ranks, SIGKILL the whole job once ``rounds_done`` rounds are logged."""
-    proc = subprocess.Popen([mpiexec(), "-n", str(ranks), sys.executable, *args], env=child_env(), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    log = run_dir / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if log.exists() and len(log.read_text().splitlines()) >= rounds_done:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 # algorithms whose per-client state must survive the restart (and FedAvg, which has none)

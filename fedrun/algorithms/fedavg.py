@@ -43,7 +43,7 @@ class FedAvg(Algorithm):
 
     def declare(self) -> Declaration:
         up = (Vector("delta"), Scalar("weight")) if self.hp.weighting == "data_size" else (Vector("delta"),)
-        return Declaration(server=(Vector("x", "model"),), down=("x",), up=up)
+        return Declaration(server=(Vector("x", "model"),), down=("x",), up=up, model_delta="delta")
 
     def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
                       clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

@@ -30,8 +30,9 @@ from fedrun.data.sizes import check_memory
 from fedrun.errors import ConfigError
 from fedrun.federation.blocks import assign_blocks, round_work
 from fedrun.federation.client_eval import ClientEval
+from fedrun.federation.corruption import Corruption
 from fedrun.federation.delay import DelayTracker
-from fedrun.federation.exchange import Exchange
+from fedrun.federation.exchange import Exchange, check_gathered_memory
 from fedrun.federation.participation import make_participation
 from fedrun.federation.schedule import Buffered, Schedule, Synchronous
 from fedrun.models import build_model, uses_randomness
@@ -70,6 +71,7 @@ class Setup:
     test_y: Tensor
     exchange: Exchange
     strategy_timings: dict[str, float]
+    corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
     client_eval: ClientEval | None = None  # per-client evaluation (data.client_test_fraction > 0)
 
     @property
@@ -111,6 +113,13 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     decl = algorithm.declare()
     if "x" not in decl.down:
         raise ConfigError(f"algorithm.name={cfg.algorithm.name}: the algorithm's downlink must contain 'x'")
+    if decl.gathered() and cfg.run.skip_nonfinite_clients:
+        raise ConfigError(f"run.skip_nonfinite_clients: algorithm {cfg.algorithm.name} gathers its uploads "
+                          f"({', '.join(sorted(decl.gathered()))}), whose rows a dropped client would leave "
+                          "empty; expected false")
+    corruption = None
+    if cfg.corruption.kind != "none":
+        corruption = Corruption(cfg.corruption, decl, cfg.algorithm.name, num_clients, seed)
     asynchronous = cfg.asynchrony.enabled
     placement = _placement(cfg, decl, world, asynchronous)
     work = None
@@ -141,10 +150,15 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     schedule: Schedule
     if asynchronous:
         schedule = Buffered(cfg.asynchrony, num_clients, seed, dtype, world.device)
-        cohort = cfg.asynchrony.buffer_size
+        cohort = worst = cfg.asynchrony.buffer_size
     else:
-        schedule = Synchronous(make_participation(cfg.participation, num_clients, seed, cfg.run.rounds))
+        participation = make_participation(cfg.participation, num_clients, seed, cfg.run.rounds)
+        schedule = Synchronous(participation)
         cohort = num_clients if cfg.participation.pattern == "full" else cfg.participation.clients_per_round
+        worst = participation.max_active()
+    if exchange.gathered:
+        check_gathered_memory(len(exchange.gathered), worst, model.dim, dtype, world,
+                              f"algorithm.name={cfg.algorithm.name}")
     random_model = uses_randomness(module)
     loss_fn = loss_for(task.task)
     strategy, timings = _choose_strategy(cfg, world, model, block, random_model, loss_fn, x0, cohort)
@@ -154,7 +168,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                   loss_fn=loss_fn, classification=task.task == "classification",
                   test_x=_to_device(task.x_test[test_rows], world.device, dtype),
                   test_y=_to_device(task.y_test[test_rows], world.device, dtype),
-                  exchange=exchange, strategy_timings=timings)
+                  exchange=exchange, strategy_timings=timings, corruption=corruption)
     if tests is not None:
         setup.client_eval = ClientEval(cfg, world, tests, blocks, dtype, setup.classification)
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,

@@ -1,6 +1,17 @@
 """The one exchange of a step: one reduce of the summed uploads to rank 0, the server rule there, one
 broadcast of the next downlink. Also the policy for non-finite uploads and models.
 
+Gathered upload entries (``Vector(name, gather=True)``) travel in the same reduce: the uplink buffer of
+a step that consumes n uploads holds an ``[n, d]`` region per gathered entry, one row per consumed
+client in client-id order; every rank writes its own clients' rows into their slots, leaves the others
+zero, and the reduce's sum (x + 0 = x, exactly) assembles the ``[n, d]`` uploads on rank 0, identical
+whatever the number of ranks. This costs a reduce of n x d floats instead of d; a gather of only each
+rank's rows would move less on many ranks, but needs equal-sized pieces (padding to the largest share)
+and a second collective for the summed entries, while the zero-padded reduce keeps ONE collective and
+the summed entries bit-identical to a declaration without gathered ones (bench/gathered.py measures
+what the larger reduce costs). Every rank therefore holds n x d floats per gathered entry during the
+step: :func:`check_gathered_memory` compares the worst case with free memory at start-up.
+
 Both flat buffers carry runtime entries after the algorithm's own:
 
 * uplink: the training-loss sum, the number of non-finite uploads, the stop-signal flag, and one slot per
@@ -21,7 +32,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedrun.errors import NumericalError
+from fedrun.data.sizes import available_bytes
+from fedrun.errors import ConfigError, NumericalError
 from fedrun.protocol import Declaration, Entry, RoundContext, Scalar
 from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
@@ -30,6 +42,9 @@ _UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1), ("_signal", 1))
 _BAD_CLIENT = "_bad_client"
 _DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 1), ("_bad_client", 1))
 CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
+# the gathered buffer and the server rule's working arrays (a sort's values and its int64 indices, the
+# result): what the start-up check asks free memory for, per gathered entry, in units of [n, d]
+GATHER_COPIES = 4
 
 ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
 
@@ -55,14 +70,24 @@ class Exchange:
             return 1 if isinstance(entry, Scalar) else dim
 
         down_entries = decl.down_entries()
+        self.dim = dim
+        self.gathered = [e.name for e in decl.up if e.name in decl.gathered()]
         self.down_layout = FlatLayout([(e.name, numel(e)) for e in down_entries] + list(_DOWN_EXTRAS))
         self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {n for n, _ in _DOWN_EXTRAS}
-        self.up_layout = FlatLayout([(e.name, numel(e)) for e in decl.up] + list(_UP_EXTRAS)
-                                    + [(_BAD_CLIENT, world.size)])
+        self._summed = [(e.name, numel(e)) for e in decl.up if e.name not in self.gathered]
+        self._up_extras = [*_UP_EXTRAS, (_BAD_CLIENT, world.size)]
+        self.up_layout = FlatLayout(self._summed + self._up_extras)  # a step's layout without gathered entries
         self.up_scalars = {e.name for e in decl.up if isinstance(e, Scalar)} | {n for n, _ in _UP_EXTRAS}
         self.up_floats = decl.floats(decl.up, dim)
         self.down_floats = decl.floats(tuple(down_entries), dim)
         self.down_buf = self.down_layout.empty(dtype, world.device)
+
+    def layout(self, consumed: int) -> FlatLayout:
+        """The uplink layout of a step that consumes ``consumed`` uploads: the summed entries, an
+        ``[consumed, d]`` region per gathered entry, the runtime entries."""
+        if not self.gathered:
+            return self.up_layout
+        return FlatLayout(self._summed + [(name, consumed * self.dim) for name in self.gathered] + self._up_extras)
 
     def publish(self, server: dict[str, Tensor], stop: float = CONTINUE, nonfinite: float = 0.0,
                 bad_client: float = -1.0) -> dict[str, Tensor]:
@@ -91,23 +116,30 @@ class Exchange:
 
     def step(self, label: str, ctx: RoundContext, sums: dict[str, Tensor] | None, loss_sum: Tensor | None,
              bad_client: int, num_bad: int, stop_requested: bool, skip: bool, server: dict[str, Tensor],
-             server_rule: ServerRule) -> Outcome:
-        """Steps 4 and 5 of a round. ``sums``: this rank's summed kept uploads (None: none);
-        ``num_bad`` uploads of this rank were not finite, the smallest such client id is ``bad_client``;
-        with ``skip`` they were left out of ``sums`` and the server rule sees |S_t| minus them, else the
-        run stops with :class:`NumericalError`."""
+             server_rule: ServerRule, slots: np.ndarray | None = None) -> Outcome:
+        """Steps 4 and 5 of a round. ``sums``: this rank's summed kept uploads (None: none), gathered
+        entries as this rank's ``[C, d]`` rows, which go to positions ``slots`` of the step's
+        ``ctx.num_active`` consumed clients; ``num_bad`` uploads of this rank were not finite, the
+        smallest such client id is ``bad_client``; with ``skip`` they were left out of ``sums`` and the
+        server rule sees |S_t| minus them, else the run stops with :class:`NumericalError`."""
         world = self.world
-        up_buf = self.up_layout.empty(self.dtype, world.device)
+        layout = self.layout(ctx.num_active)
+        up_buf = layout.empty(self.dtype, world.device)
         if sums is not None:
-            self.up_layout.pack({**sums, "_loss": loss_sum, "_nonfinite": torch.tensor(float(num_bad)),
-                                 "_signal": torch.zeros(()), _BAD_CLIENT: torch.zeros(world.size)}, up_buf)
+            layout.pack({**sums, "_loss": loss_sum, "_nonfinite": torch.tensor(float(num_bad)),
+                         "_signal": torch.zeros(()), _BAD_CLIENT: torch.zeros(world.size)}, up_buf, set(self.gathered))
+            index = None if slots is None else torch.as_tensor(slots, device=world.device)
+            for name in self.gathered:
+                up_buf[layout.slices[name]].view(ctx.num_active, self.dim).index_copy_(0, index, sums[name])
             if num_bad:
-                up_buf[self.up_layout.slices[_BAD_CLIENT].start + world.rank] = float(bad_client + 1)
-        up_buf[self.up_layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
+                up_buf[layout.slices[_BAD_CLIENT].start + world.rank] = float(bad_client + 1)
+        up_buf[layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
         reduce_to_root(world, up_buf)
         train_loss = float("nan")
         if world.is_root:
-            up = self.up_layout.unpack(up_buf, self.up_scalars)
+            up = layout.unpack(up_buf, self.up_scalars)
+            for name in self.gathered:
+                up[name] = up[name].view(ctx.num_active, self.dim)
             nonfinite = float(up.pop("_nonfinite"))
             signals = float(up.pop("_signal"))
             loss_total = float(up.pop("_loss"))
@@ -142,13 +174,14 @@ class Exchange:
                        server=server)
 
 
-def sum_uploads(up: dict[str, Tensor], loss: Tensor, ids: np.ndarray, skip: bool,
+def sum_uploads(up: dict[str, Tensor], loss: Tensor, ids: np.ndarray, skip: bool, gathered: list[str] = (),
                 ) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
-    """Sum per-client uploads ``[C, ...]`` and training losses ``[C]`` of clients ``ids``; the sums, the loss
-    sum and a bool ``[C]`` mask of the clients kept. A client whose upload or training loss is not finite
-    (the loss overflows before the model does: ||A x - b||^2 at |x| ~ 1e154 in float64) makes a sum
-    non-finite: only then are single clients looked at; with ``skip`` those are left out of the sums."""
-    sums = {name: value.sum(dim=0) for name, value in up.items()}
+    """Sum per-client uploads ``[C, ...]`` (the ``gathered`` entries stay ``[C, d]``) and training losses
+    ``[C]`` of clients ``ids``; the sums, the loss sum and a bool ``[C]`` mask of the clients kept. A client
+    whose upload or training loss is not finite (the loss overflows before the model does: ||A x - b||^2
+    at |x| ~ 1e154 in float64) makes a sum non-finite: only then are single clients looked at; with
+    ``skip`` those are left out of the sums (never with gathered entries: build refuses that combination)."""
+    sums = {name: value if name in gathered else value.sum(dim=0) for name, value in up.items()}
     loss_sum = loss.sum()
     kept = np.ones(len(ids), dtype=bool)
     if not all(bool(torch.isfinite(value).all()) for value in (*sums.values(), loss_sum)):
@@ -158,3 +191,28 @@ def sum_uploads(up: dict[str, Tensor], loss: Tensor, ids: np.ndarray, skip: bool
         if skip:
             return {name: value[finite].sum(dim=0) for name, value in up.items()}, loss[finite].sum(), kept
     return sums, loss_sum, kept
+
+
+def check_gathered_memory(gathered: int, worst: int, dim: int, dtype: torch.dtype, world: World, field: str) -> None:
+    """Refuse at start-up, with one line, a run whose gathered uploads cannot fit: ``gathered`` entries of
+    ``worst`` (the largest possible step) x ``dim`` floats, times GATHER_COPIES, against this rank's free
+    memory (the device's on a GPU, MemAvailable on a CPU; no check when unknown); every rank decides on
+    every rank's figures."""
+    need = gathered * GATHER_COPIES * worst * dim * torch.empty(0, dtype=dtype).element_size()
+    free = free_memory(world.device)
+    verdicts = world.allgather_object(None if free is None or need <= free else (world.rank, free))
+    refused = [v for v in verdicts if v is not None]
+    if refused:
+        rank, free = refused[0]
+        raise ConfigError(f"{field}: gathered uploads hold up to {worst} x {dim} floats per entry on every rank "
+                          f"({need / 2**30:.1f} GiB with the server rule's working copies), but rank {rank} has "
+                          f"{free / 2**30:.1f} GiB free; expected fewer clients per step (participation or "
+                          "asynchrony.buffer_size), a smaller model or more memory")
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device``: ``torch.cuda.mem_get_info`` on a GPU, else the host's available memory
+    (:func:`fedrun.data.sizes.available_bytes`); None when unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_bytes()

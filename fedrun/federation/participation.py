@@ -14,6 +14,11 @@ Contract of :class:`Participation`:
   where the pattern has no probability model (``cyclic``, ``trace``).
 - ``state_dict()`` / ``load_state_dict(d)`` hold numpy arrays only (for the HDF5 checkpoint); after
   ``load_state_dict`` the next ``active(next_round)`` continues exactly as the saved object would have.
+- ``max_active()``: the most clients any round can draw (the worst-case cohort of the start-up memory
+  check of gathered uploads); N unless the pattern bounds it.
+
+``participation.pattern`` may also be ``package.module:Class``, a :class:`Participation` subclass outside
+fedrun, built by its ``from_config(cfg, num_clients, seed, rounds)`` (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 
 from fedrun.config import ConfigError, ParticipationConfig
 from fedrun.errors import require_file
+from fedrun.plugins import call, is_import_path, load
 
 STREAM = 0x50415254  # "PART": per-round participation draws, rng([seed, t, STREAM])
 STREAM_FIXED_PERMUTATION = 0x50455246  # "PERF": the fixed order of cyclic with shuffle, rng([seed, 0, .])
@@ -45,6 +51,11 @@ class Participation:
 
     name: str = "participation"
     stateful: bool = False  # True: active(t) depends on the previous rounds' draws
+
+    @classmethod
+    def from_config(cls, cfg: ParticipationConfig, num_clients: int, seed: int, rounds: int) -> Participation:
+        """How a plugin pattern is built from the ``participation`` section (default: ``cls(N, seed)``)."""
+        return cls(num_clients, seed)
 
     def __init__(self, num_clients: int, seed: int) -> None:
         if num_clients < 1:
@@ -73,6 +84,10 @@ class Participation:
     def probabilities(self, t: int) -> np.ndarray | None:
         """Marginal ``P(i in S_t)`` as float64 [N], or ``None`` when the pattern has no probabilities."""
         return None
+
+    def max_active(self) -> int:
+        """The most clients one round can draw."""
+        return self.num_clients
 
     @property
     def next_round(self) -> int:
@@ -154,6 +169,9 @@ class Uniform(Participation):
         mask[round_rng(self.seed, t).choice(self.num_clients, self.clients_per_round, replace=False)] = True
         return mask
 
+    def max_active(self) -> int:
+        return self.clients_per_round
+
     def probabilities(self, t: int) -> np.ndarray:
         return np.full(self.num_clients, self.clients_per_round / self.num_clients)
 
@@ -232,6 +250,9 @@ class Cyclic(Participation):
         mask[self.order[positions]] = True
         return mask
 
+    def max_active(self) -> int:
+        return self.clients_per_round
+
 
 class ReshuffledCyclic(Participation):
     """Case 4: blocks of S from a permutation that is redrawn when exhausted (one epoch per permutation).
@@ -254,6 +275,9 @@ class ReshuffledCyclic(Participation):
             raise ValueError(f"clients_per_round must be in [1, {num_clients}], got {clients_per_round}")
         self.clients_per_round = int(clients_per_round)
         self._reset()
+
+    def max_active(self) -> int:
+        return self.clients_per_round
 
     def _reset(self) -> None:
         self.permutation = np.arange(self.num_clients, dtype=np.int64)
@@ -353,6 +377,9 @@ class Trace(Participation):
         if t >= len(self.trace):
             raise ValueError(f"trace participation: round {t} is past the trace's {len(self.trace)} rounds")
         return self.trace[t].copy()
+
+    def max_active(self) -> int:
+        return int(self.trace.sum(axis=1).max(initial=0))
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -552,6 +579,13 @@ def make_participation(cfg: ParticipationConfig, num_clients: int, seed: int, ro
     per-client files, or a trace shorter than ``rounds``.
     """
     factory = PATTERNS.get(cfg.pattern)
+    if is_import_path(cfg.pattern):
+        plugin = load(cfg.pattern, "participation.pattern",
+                      "a subclass of fedrun.federation.participation.Participation",
+                      lambda obj: isinstance(obj, type) and issubclass(obj, Participation))
+        def factory(cfg: ParticipationConfig, n: int, seed: int, rounds: int) -> Participation:
+            return call("participation.pattern", cfg.pattern, "from_config(cfg, num_clients, seed, rounds)",
+                        plugin.from_config, cfg, n, seed, rounds)
     if factory is None:
         raise ConfigError(f"participation.pattern: expected one of {', '.join(PATTERNS)}, "
                           f"got {cfg.pattern!r}")
@@ -559,4 +593,8 @@ def make_participation(cfg: ParticipationConfig, num_clients: int, seed: int, ro
         raise ConfigError(f"data.num_clients: expected an integer >= 1, got {num_clients}")
     if rounds < 0:
         raise ConfigError(f"run.rounds: expected an integer >= 0, got {rounds}")
-    return factory(cfg, int(num_clients), int(seed), int(rounds))
+    pattern = factory(cfg, int(num_clients), int(seed), int(rounds))
+    if not isinstance(pattern, Participation):
+        raise ConfigError(f"participation.pattern: {cfg.pattern}.from_config returned {type(pattern).__name__}; "
+                          "expected a Participation")
+    return pattern

@@ -7,7 +7,7 @@ Round (or asynchronous server step) t, on every rank; the runtime never knows wh
 2. read this round's downlink (received by the broadcast that ended the previous round);
 3. train this rank's starting clients: local plan, K local steps, client rule; store their new state;
    their uploads are summed at once (synchronous) or parked in their rows until consumed (asynchronous);
-4. sum this rank's consumed uploads and join ONE reduce to rank 0;
+4. sum this rank's consumed uploads (gathered entries: place their rows) and join ONE reduce to rank 0;
 5. rank 0 applies the server rule and publishes the next downlink in ONE broadcast;
 6. block-wide client bookkeeping (``after_round``), delay metrics, evaluation, the metrics record.
 """
@@ -62,18 +62,19 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
             park(setup, state, rows, up, loss, new_state)
         if len(consumed):
             up, loss = take_parked(setup, state, consumed)
-            sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip)
+            sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip, setup.exchange.gathered)
     elif len(consumed):  # the consumed clients are the starting ones: train and sum at once
         up, loss, new_state = train_clients(setup, state, consumed, down, down, t, train_ctx, None)
-        sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip)
+        sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip, setup.exchange.gathered)
         if not kept.all():  # a dropped client's state stays as it was before the round
             new_state = {name: value[torch.as_tensor(kept, device=value.device)] for name, value in new_state.items()}
         state.clients.scatter(torch.as_tensor(consumed[kept], device=world.device), new_state)
     bad = consumed[~kept]
     # 5. one reduce, the server rule on rank 0, one broadcast
     label = f"server step {t + 1}" if parks else f"round {t + 1}"  # user-visible numbers count from 1
+    slots = np.searchsorted(step.consume, consumed + setup.first)  # rows of gathered uploads, client-id order
     outcome = setup.exchange.step(label, ctx, sums, loss_sum, int(bad.min()) + setup.first if len(bad) else -1,
-                                  len(bad), stop_requested, skip, state.server, setup.algorithm.server_update)
+                                  len(bad), stop_requested, skip, state.server, setup.algorithm.server_update, slots)
     state.server = outcome.server
     arrived = np.zeros(setup.num_clients, dtype=bool)
     arrived[step.consume] = True
@@ -169,6 +170,8 @@ def train_clients(setup: Setup, state: RunState, rows: np.ndarray, start: dict[s
                                       rows + setup.first, cfg.run.seed, t, reseed=setup.random_model)
     local: LocalResult = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local, group_size=group_size)
     up, new_state = algorithm.client_finish(down, client_state, local, clients, ctx)
+    if setup.corruption is not None:  # the runtime corrupts the chosen clients' deltas; the algorithm never knows
+        up = setup.corruption.apply(up, rows + setup.first, t)
     return up, local.loss, new_state
 
 

@@ -1,4 +1,5 @@
-"""Model registry: ``build_model(name, input_shape, num_classes)``."""
+"""Model registry: ``build_model(name, input_shape, num_classes)``; ``model.name`` may also be
+``package.module:factory``, a ``(input_shape, num_classes) -> torch.nn.Module`` outside fedrun."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fedrun.models.cnn import MnistCNN, cifar10_cnn, svhn_cnn
 from fedrun.models.leaf import CharLSTM, FemnistCNN
 from fedrun.models.linear import LinearNoBias, Logistic
 from fedrun.models.resnet import ResNet18
+from fedrun.plugins import call, is_import_path, load
 
 ModelFactory = Callable[[tuple[int, ...], int], nn.Module]
 
@@ -34,6 +36,13 @@ MODELS: dict[str, ModelFactory] = {
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """Instantiate model ``name`` for inputs of ``input_shape`` (without the batch dimension)."""
+    if is_import_path(name):
+        contract = "a factory (input_shape, num_classes) -> torch.nn.Module"
+        factory = load(name, "model.name", contract, callable)
+        module = call("model.name", name, contract, factory, tuple(input_shape), num_classes)
+        if not isinstance(module, nn.Module):
+            raise ConfigError(f"model.name: {name} returned {type(module).__name__}; expected a torch.nn.Module")
+        return module
     if name not in MODELS:
         raise ConfigError(f"model.name: expected one of {', '.join(sorted(MODELS))}, got {name!r}")
     return MODELS[name](tuple(input_shape), num_classes)

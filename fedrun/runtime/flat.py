@@ -27,9 +27,11 @@ class FlatLayout:
     def empty(self, dtype: torch.dtype, device: torch.device) -> Tensor:
         return torch.zeros(self.numel, dtype=dtype, device=device)
 
-    def pack(self, values: dict[str, Tensor], out: Tensor) -> Tensor:
+    def pack(self, values: dict[str, Tensor], out: Tensor, skip: frozenset[str] | set[str] = frozenset()) -> Tensor:
+        """Copy every entry but those in ``skip`` (their slices are left as they are) into ``out``."""
         for name, sl in self.slices.items():
-            out[sl] = values[name].reshape(-1)
+            if name not in skip:
+                out[sl] = values[name].reshape(-1)
         return out
 
     def unpack(self, buf: Tensor, scalars: set[str] = frozenset()) -> dict[str, Tensor]:

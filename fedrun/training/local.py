@@ -4,6 +4,7 @@ Each step k of client i, with g the raw minibatch gradient at the current local 
 
     g   <- g * min(1, clip / ||g||)              (if local.grad_clip > 0; FedAdamom code)
     u   <- g + correction_i + weight_decay * x    (correction from the algorithm's plan)
+    u   <- u + prox * (x - x_start)               (if the plan's prox > 0: FedProx's proximal term)
     direction, state <- optimizer.step(k, x, u, state, grad_at)
     x   <- x - lr * lr_scale * direction
 
@@ -60,12 +61,14 @@ def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state:
               optimizer: LocalOptimizer, cfg: LocalConfig) -> None:
     xs, gs, ls = x[rows], grad_sum[rows], loss_sum[rows]
     correction = None if plan.correction is None else plan.correction[rows]
+    anchor = plan.start[rows]
     ragged = not bool(active_steps.all())
 
     def processed(g: Tensor, point: Tensor) -> Tensor:
-        """u = clip(g) + correction + weight_decay * point."""
+        """u = clip(g) + correction + weight_decay * point + prox * (point - start)."""
         u = g if correction is None else g + correction
-        return u + cfg.weight_decay * point if cfg.weight_decay > 0 else u
+        u = u + cfg.weight_decay * point if cfg.weight_decay > 0 else u
+        return u + plan.prox * (point - anchor) if plan.prox > 0 else u
 
     for k in range(active_steps.shape[1]):
         g, loss = oracle(xs, rows, k)

@@ -1,0 +1,39 @@
+"""FedTrimmedAvg: the coordinate-wise trimmed mean of the round's model deltas (Yin et al., ICML 2018).
+
+Per coordinate j, drop the k = floor(beta n) largest and the k smallest of the n values and average the
+other n - 2k:
+
+    x <- x + global_lr * (1 / (n - 2k)) sum_{r = k}^{n-k-1} Delta_(r), j   (Delta_(r) the r-th smallest)
+
+beta < 1/2 keeps at least one value; beta = 0 is the plain mean of the deltas (FedAvg's uniform step).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from fedrun.algorithms.gathered import GatheredDeltas, sorted_columns
+from fedrun.errors import require
+
+
+@dataclass
+class FedTrimmedAvgHparams:
+    beta: float = 0.2  # fraction trimmed at EACH end
+    global_lr: float = 1.0  # eta_g
+
+    def check(self) -> None:
+        require(0 <= self.beta < 0.5, "algorithm.beta", "a number in [0, 0.5)", self.beta)
+        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+
+
+class FedTrimmedAvg(GatheredDeltas):
+    name = "fedtrimmedavg"
+    Hparams = FedTrimmedAvgHparams
+
+    def aggregate(self, deltas: Tensor) -> Tensor:
+        n = deltas.shape[0]
+        k = math.floor(self.hp.beta * n)
+        return sorted_columns(deltas)[k:n - k].mean(dim=0)

@@ -1,0 +1,153 @@
+"""Import-path plugins (fedrun/plugins.py, docs/extending.md): every registry field accepts
+``package.module:Attribute``; a bad plugin is one line naming the field and the module (exit status 2);
+the checkpoint's resolved config records each plugin's source digest, and a resume refuses a missing or
+changed plugin (the resume policy: a changed digest is a changed setting) without touching the
+checkpoint, unless the change is accepted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+from helpers import LEAST_SQUARES, REPO
+
+from fedrun.algorithms import get_algorithm
+from fedrun.config import ConfigError, load_config
+from fedrun.data import load_task
+from fedrun.federation.participation import make_participation
+from fedrun.models import build_model
+from fedrun.plugins import digests
+
+EXAMPLE = {
+    "data.name": "myfl.data:blobs", "model.name": "myfl.model:mlp",
+    "algorithm.name": "myfl.algorithm:ClippedFedAvg", "participation.pattern": "myfl.participation:NoRepeat",
+}
+
+
+def forget_myfl() -> None:
+    """Drop the imported myfl modules, as a new process would not have them."""
+    for name in [m for m in sys.modules if m == "myfl" or m.startswith("myfl.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def myfl(tmp_path, monkeypatch):
+    """A private copy of examples/myfl on sys.path (the tests edit and remove it)."""
+    root = tmp_path / "plugins"
+    shutil.copytree(REPO / "examples" / "myfl", root / "myfl")
+    monkeypatch.syspath_prepend(str(root))
+    yield root / "myfl"
+    forget_myfl()
+
+
+def cli(argv: list[str], capsys) -> tuple[int, list[str]]:
+    from fedrun.cli import main
+
+    code = main(argv)
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_every_registry_resolves_an_import_path(myfl):
+    cfg = load_config(None, [f"{k}={v}" for k, v in EXAMPLE.items()] + ["data.num_clients=8",
+                                                                         "data.partition=natural",
+                                                                         "participation.clients_per_round=3",
+                                                                         "algorithm.clip=0.25"])
+    assert get_algorithm(cfg.algorithm.name).__name__ == "ClippedFedAvg" and cfg.algorithm.hparams.clip == 0.25
+    task = load_task(cfg.data, 0)
+    assert task.x_train.shape == (8 * 40, 8) and set(task.groups) == set(range(8))
+    assert sum(p.numel() for p in build_model(cfg.model.name, task.input_shape, task.num_classes).parameters()) \
+        == 8 * 32 + 32 + 32 * 4 + 4
+    pattern = make_participation(cfg.participation, 8, 0, 10)
+    masks = [pattern.active(t) for t in range(10)]
+    assert all(m.sum() == 3 for m in masks) and not any((a & b).any() for a, b in zip(masks, masks[1:], strict=False))
+    source = hashlib.sha256((myfl / "algorithm.py").read_bytes()).hexdigest()
+    assert cfg.plugin_digests()["algorithm.name"] == f"myfl.algorithm:ClippedFedAvg@{source}"
+    assert set(cfg.plugin_digests()) == set(EXAMPLE)
+
+
+@pytest.mark.parametrize("override, words", [
+    ("algorithm.name=nosuchpkg.mod:Algo", ["algorithm.name", "cannot import module 'nosuchpkg.mod'"]),
+    ("algorithm.name=myfl.algorithm:Nope", ["algorithm.name", "no attribute 'Nope'", "Algorithm"]),
+    ("algorithm.name=myfl.model:mlp", ["algorithm.name", "expected a subclass of"]),
+    ("algorithm.name=my-fl:X", ["algorithm.name", "package.module:Attribute"]),
+    ("model.name=myfl.data:FEATURES", ["model.name", "myfl.data:FEATURES", "factory"]),
+    ("model.name=myfl.data:blobs", ["model.name", "myfl.data:blobs raised AttributeError", "torch.nn.Module"]),
+    ("data.name=myfl.model:mlp", ["data.name", "raised TypeError", "(cfg: DataConfig, seed: int) -> TaskData"]),
+    ("participation.pattern=myfl.algorithm:ClippedFedAvg", ["participation.pattern", "Participation"]),
+])
+def test_a_bad_plugin_is_one_line_naming_the_field(myfl, tmp_path, capsys, override, words):
+    code, err = cli(["train", "--quiet", f"run.dir={tmp_path / 'run'}", *LEAST_SQUARES, "participation.pattern=full",
+                     "run.rounds=2", override], capsys)
+    assert code == 2 and len(err) == 1 and all(w in err[0] for w in words), err
+    assert not list((tmp_path / "run").glob("ckpt_*"))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("algorithm.clipp=1", "algorithm.clipp: unknown key (allowed: clip, global_lr)"),
+    ("algorithm.clip=abc", "algorithm.clip: expected a number, got 'abc'"),
+    ("algorithm.clip=-1", "algorithm.clip: expected a number > 0, got -1.0"),
+])
+def test_plugin_hyperparameters_are_validated_like_builtin_ones(myfl, override, message):
+    with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(").replace(")", r"\)") + "$"):
+        load_config(None, [f"algorithm.name={EXAMPLE['algorithm.name']}", override])
+
+
+def test_resume_refuses_a_missing_or_changed_plugin_and_leaves_the_checkpoint(myfl, tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", "--quiet", f"run.dir={run}", *[f"{k}={v}" for k, v in EXAMPLE.items()], "data.num_clients=6",
+            "data.partition=natural", "participation.clients_per_round=2", "model.name=myfl.model:mlp",
+            "eval.every=0", "local.strategy=sequential", "local.steps=2"]
+    assert cli([*args, "run.rounds=2"], capsys)[0] == 0
+    ckpt = run / "ckpt_00000002.h5"
+    before = ckpt.read_bytes()
+    resume = [*args, "run.rounds=4", "--resume", "auto"]
+
+    with h5py.File(ckpt, "r") as f:
+        recorded = yaml.safe_load(f["meta/config"][()].decode())["plugins"]
+    assert recorded == load_config(None, args[2:]).plugin_digests() and len(recorded) == 4
+
+    source = (myfl / "algorithm.py").read_text()
+    (myfl / "algorithm.py").write_text(source + "\n# edited after the checkpoint\n")
+    forget_myfl()
+    code, err = cli(resume, capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "settings that define the trajectory: plugins.algorithm.name" in err[0]
+    assert "--accept-changes plugins.algorithm.name" in err[0]
+    assert ckpt.read_bytes() == before and sorted(p.name for p in run.glob("ckpt_*")) == [ckpt.name]
+
+    shutil.move(myfl, myfl.parent.parent / "elsewhere")  # the package is gone from the Python path
+    forget_myfl()
+    code, err = cli(resume, capsys)
+    assert code == 2 and len(err) == 1 and "cannot import module 'myfl" in err[0], err
+    assert ckpt.read_bytes() == before
+
+    shutil.move(myfl.parent.parent / "elsewhere", myfl)  # the code as it was: the resume continues
+    (myfl / "algorithm.py").write_text(source)
+    forget_myfl()
+    assert cli(resume, capsys)[0] == 0
+    assert (run / "ckpt_00000004.h5").is_file()
+
+    (myfl / "algorithm.py").write_text(source + "\n# a comment only\n")  # accepted and recorded
+    forget_myfl()
+    assert cli([*args, "run.rounds=5", "--resume", "auto", "--accept-changes", "plugins.algorithm.name"],
+               capsys)[0] == 0
+    history = [json.loads(line) for line in (run / "config_history.jsonl").read_text().splitlines()]
+    assert history[-1]["trajectory"] == ["plugins.algorithm.name"]
+
+
+def test_digests_change_with_the_source_only(myfl):
+    fields = {"model.name": "myfl.model:mlp", "data.name": "mnist5k"}
+    first = digests(fields)
+    assert list(first) == ["model.name"]
+    assert digests(fields) == first
+    (myfl / "model.py").write_text((myfl / "model.py").read_text() + "\n")
+    assert digests(fields) == first  # the code this process imported
+    forget_myfl()
+    assert digests(fields) != first  # a new import digests the edited file
+    assert np.all([v.startswith("myfl.model:mlp@") for v in digests(fields).values()])
