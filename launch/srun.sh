@@ -29,7 +29,12 @@ cpus=${SLURM_CPUS_PER_TASK:-1}
 fedrun_env "$cpus"
 fedrun_command
 
-args=(srun "--ntasks=$RANKS" "--mpi=${FEDRUN_MPI:-pmi2}" --kill-on-bad-exit=1 "--cpu-bind=${FEDRUN_CPU_BIND:-cores}")
+# --kill-on-bad-exit=0 --wait=30: on SIGUSR1/SIGTERM every rank checkpoints and exits 75, but srun learns of
+# the exits one node at a time, and with --kill-on-bad-exit=1 it kills the ranks of the other nodes while they
+# exit and returns 143, not 75 (seen on the two-node test cluster). A rank that fails ends the job through
+# fedrun itself (MPI_Abort, or its peers' lost gloo/NCCL connection); --wait=30 ends the ranks left 30 s after
+# the first one exited whatever the cause (a crash inside MPI, say).
+args=(srun "--ntasks=$RANKS" "--mpi=${FEDRUN_MPI:-pmi2}" --kill-on-bad-exit=0 --wait=30 "--cpu-bind=${FEDRUN_CPU_BIND:-cores}")
 # since Slurm 22.05 srun no longer inherits --cpus-per-task from the allocation: pass it on
 if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then args+=("--cpus-per-task=$SLURM_CPUS_PER_TASK"); fi
 if [ "$gpus" -gt 0 ]; then args+=(--gpus-per-task=1); fi

@@ -126,19 +126,21 @@ def kill_after(args: list[str], run_dir: Path, rounds_done: int, ranks: int = 2)
 
 
 def slurm_reason() -> str | None:
-    """Why the Slurm tests cannot run here, or None when the local cluster is up."""
+    """Why the two-node Slurm tests cannot run here, or None when the local cluster is up."""
     for tool in ("srun", "sbatch", "scontrol", "sinfo"):
         if shutil.which(tool) is None:
             return f"{tool} not on PATH: start Slurm with tests/cluster/slurm_up.sh"
     try:
         ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10).stdout
-        state = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10).stdout
+        state = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
+                               timeout=10).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         return f"Slurm does not answer ({exc}): start it with tests/cluster/slurm_up.sh"
     if "UP" not in ping:
         return "slurmctld is not up: start Slurm with tests/cluster/slurm_up.sh"
-    if not any(s.startswith(("idle", "mix", "alloc")) for s in state.split()):
-        return f"no usable Slurm node (sinfo: {state.split()}): run tests/cluster/slurm_up.sh"
+    usable = [line.split()[0] for line in state.splitlines() if line.split()[1].startswith(("idle", "mix", "alloc"))]
+    if len(usable) < 2:
+        return f"fewer than 2 usable Slurm nodes (sinfo: {state.split()}): run tests/cluster/slurm_up.sh"
     return None
 
 

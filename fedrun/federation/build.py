@@ -36,6 +36,7 @@ from fedrun.federation.exchange import Exchange, check_gathered_memory
 from fedrun.federation.participation import make_participation
 from fedrun.federation.schedule import Buffered, Schedule, Synchronous
 from fedrun.models import build_model, uses_randomness
+from fedrun.preflight import check_model_fits_data
 from fedrun.protocol import Declaration, Scalar
 from fedrun.runtime.world import World
 from fedrun.state.store import ClientStore, init_server
@@ -102,6 +103,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     seed = cfg.run.seed
     check_memory(cfg.data)  # before anything is allocated
     task = load_task(cfg.data, seed)
+    check_model_fits_data(cfg, task)  # one line naming model and shapes, before any allocation or timing
     parts = partition(task, cfg.data, seed)
     tests = None
     if cfg.data.client_test_fraction > 0:

@@ -1,17 +1,26 @@
-"""The process world: rank, size, local rank and device, bootstrapped from MPI or Slurm.
+"""The process world: rank, size, local rank and device, bootstrapped from MPI, Slurm or torchrun.
 
-fedrun is started by ``mpiexec``/``mpirun``, by ``srun`` (with or without an MPI plugin), or as a
-plain single process. MPI (mpi4py) is the control plane: it carries the rendezvous port and small
-control messages. The data plane is torch.distributed (NCCL on GPUs, gloo on CPUs), initialised from
-a TCPStore that rank 0 binds to a free port chosen by the OS, so two runs on one machine never collide.
-The store listens on 127.0.0.1 only unless the ranks span several hosts (see ``_master_store``).
+fedrun is started by ``mpiexec``/``mpirun``, by ``srun`` (with or without an MPI plugin), by ``torchrun``
+(or any launcher that sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, without MPI), or as a plain
+single process. Under MPI, mpi4py is the control plane: it carries the rendezvous address and port and
+small control messages. The data plane is torch.distributed (NCCL on GPUs, gloo on CPUs), initialised
+from a TCPStore that rank 0 binds to a free port chosen by the OS, so two runs on one machine never
+collide (under torchrun, from the store of torchrun's agent at MASTER_ADDR:MASTER_PORT).
+
+Where the store and gloo listen (see :func:`choose_interface`, docs/clusters.md): when every rank is on
+one host, on loopback only. When the ranks span hosts, on one deliberately chosen interface per rank:
+``FEDRUN_IFNAME`` if set, else ``GLOO_SOCKET_IFNAME`` if set, else the interface of the route from this
+host to the first host (on the first host, to the next host). The choice is in :attr:`World.network`.
 """
 
 from __future__ import annotations
 
 import datetime
+import fcntl
+import ipaddress
 import os
 import socket
+import struct
 import sys
 import time
 import zlib
@@ -36,10 +45,24 @@ class World:
     comm: Any = None  # mpi4py communicator, or None without MPI
     store: Any = None  # the rendezvous TCPStore, kept alive until every rank has left the group
     peers: list[tuple[str, int]] | None = None  # (host, pid) of every rank, learnt at the rendezvous
+    launcher: str = "single"  # "mpi", "slurm" (srun without an MPI plugin), "torchrun" or "single"
+    # how the ranks found each other (None for one process): hosts, this rank's bind address and
+    # interface and why it was chosen, the store's address, and every rank's choice (``ranks``)
+    network: dict[str, Any] | None = None
 
     @property
     def is_root(self) -> bool:
         return self.rank == 0
+
+    @property
+    def bind_address(self) -> str | None:
+        """The local address this rank's gloo sockets (and, on rank 0, the store) listen on."""
+        return None if self.network is None else self.network.get("bind_address")
+
+    @property
+    def ifname(self) -> str | None:
+        """The network interface of :attr:`bind_address` (``lo`` on a single host)."""
+        return None if self.network is None else self.network.get("ifname")
 
     def barrier(self) -> None:
         if self.size > 1:
@@ -113,17 +136,45 @@ def _pick_device(local_rank: int, requested: str) -> torch.device:
     return torch.device("cpu")
 
 
+def torchrun_env() -> dict[str, Any] | None:
+    """RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT of torchrun (or another launcher that
+    sets them, e.g. ``torch.distributed.launch`` or a hand-written script), or None when they are absent.
+
+    RANK and WORLD_SIZE together mark such a launch; then MASTER_ADDR and MASTER_PORT are required.
+    """
+    if os.environ.get("RANK") is None or os.environ.get("WORLD_SIZE") is None:
+        return None
+    rank, size = _int_env("RANK"), _int_env("WORLD_SIZE")
+    assert rank is not None and size is not None
+    if size < 1 or not 0 <= rank < size:
+        raise LaunchError(f"environment variables RANK={rank} WORLD_SIZE={size}: expected 0 <= RANK < WORLD_SIZE")
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name):
+            raise LaunchError(f"RANK and WORLD_SIZE are set (a torchrun-style launch) but {name} is not")
+    local_rank = _int_env("LOCAL_RANK") or 0
+    local_size = _int_env("LOCAL_WORLD_SIZE")
+    return {"rank": rank, "size": size, "local_rank": local_rank, "local_size": local_size,
+            "master_addr": os.environ["MASTER_ADDR"], "master_port": _int_env("MASTER_PORT"),
+            "agent_store": os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+            "elastic": "TORCHELASTIC_RUN_ID" in os.environ}
+
+
 def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
     """Discover rank/size from the launcher and initialise torch.distributed when size > 1."""
+    torchrun = torchrun_env()
+    if torchrun is not None:  # before MPI: torchrun's workers are not MPI ranks (mpi4py is not imported)
+        return _init_torchrun(torchrun, device, timeout_s)
     comm = _mpi_comm()
     slurm_ntasks = _int_env("SLURM_NTASKS") if "SLURM_STEP_ID" in os.environ else None
     if comm is not None and comm.Get_size() > 1:
+        launcher = "mpi"
         rank, size = comm.Get_rank(), comm.Get_size()
         local_comm = comm.Split_type(_split_type_shared(), key=rank)
         local_rank = local_comm.Get_rank()
         local_comm.Free()
     elif slurm_ntasks is not None and slurm_ntasks > 1:
         # srun without an MPI plugin: every task is an MPI singleton; take the ranks from Slurm.
+        launcher = "slurm"
         comm = None
         rank = _int_env("SLURM_PROCID")
         local_rank = _int_env("SLURM_LOCALID") or 0
@@ -137,13 +188,65 @@ def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
     if size == 1:
         return World(rank=0, size=1, local_rank=0, device=dev, backend="none", comm=comm)
     backend = "nccl" if dev.type == "cuda" else "gloo"
-    store = _rendezvous(comm, rank, size, timeout_s)
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
-    return World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend, comm=comm,
-                 store=store, peers=exchange_peers(store, rank, size))
+    store, network = _rendezvous(comm, rank, size, timeout_s)
+    return _init_group(World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend,
+                             comm=comm, store=store, launcher=launcher, network=network), store, timeout_s)
+
+
+def _init_group(world: World, store: Any, timeout_s: float) -> World:
+    """``init_process_group`` on ``store`` with gloo bound to the chosen interface; every rank's choice
+    ends up in ``world.network["ranks"]``."""
+    network = world.network or {}
+    user_gloo = os.environ.get("GLOO_SOCKET_IFNAME")
+    if world.backend == "gloo" and user_gloo and network.get("hosts") == 1:
+        # one host: the store stays on loopback, but a GLOO_SOCKET_IFNAME the user set is gloo's
+        network.update(gloo_ifname=user_gloo.split(",")[0], how="single host: loopback store, gloo on "
+                       "GLOO_SOCKET_IFNAME")
+    set_gloo = world.backend == "gloo" and bool(network.get("ifname")) and not user_gloo
+    if set_gloo:
+        os.environ["GLOO_SOCKET_IFNAME"] = network["ifname"]  # read when the gloo process group is made
+    try:
+        if world.device.type == "cuda":
+            torch.cuda.set_device(world.device)
+        dist.init_process_group(backend=world.backend, store=store, rank=world.rank, world_size=world.size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    finally:
+        if set_gloo:
+            del os.environ["GLOO_SOCKET_IFNAME"]
+    mine = {k: network.get(k) for k in ("host", "bind_address", "ifname", "how")}
+    network["ranks"] = world.allgather_object(mine)
+    world.peers = exchange_peers(store, world.rank, world.size)
+    return world
+
+
+def _init_torchrun(env: dict[str, Any], device: str, timeout_s: float) -> World:
+    """A torchrun worker: rank, size and local rank from the environment; the store is torchrun's agent
+    store at MASTER_ADDR:MASTER_PORT (all ranks are clients), or, without an agent store (plain
+    RANK/WORLD_SIZE launches), a store that rank 0 serves there."""
+    rank, size, local_rank = env["rank"], env["size"], env["local_rank"]
+    dev = _pick_device(local_rank, device)
+    if size == 1:
+        return World(rank=0, size=1, local_rank=0, device=dev, backend="none", launcher="torchrun")
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    timeout = datetime.timedelta(seconds=timeout_s)
+    host, port = env["master_addr"], env["master_port"]
+    single_host = env["local_size"] == size or _is_loopback_name(host)
+    if single_host:
+        bind, ifname, how = _loopback(), _ifname_of(_loopback()), "single host: loopback"
+    else:
+        bind, ifname, how = choose_interface(host)
+    network = {"hosts": 1 if single_host else None, "host": socket.gethostname(), "bind_address": bind,
+               "ifname": ifname, "how": how, "store": f"{host}:{port}",
+               "store_owner": "torchrun agent" if env["agent_store"] else "rank 0"}
+    if env["agent_store"]:  # torchrun's agent serves the store; a fresh one per restart (as torch does)
+        tcp = store = dist.TCPStore(host, port, size, False, timeout=timeout)
+    elif rank == 0:
+        tcp = store = _master_store(_listen_address(host, bind, single_host), port, size, timeout)
+    else:
+        tcp = store = dist.TCPStore(host, port, size, False, timeout=timeout)
+    world = World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend, store=tcp,
+                  launcher="torchrun", network=network)
+    return _init_group(world, store, timeout_s)
 
 
 def _split_type_shared() -> int:
@@ -152,49 +255,166 @@ def _split_type_shared() -> int:
     return MPI.COMM_TYPE_SHARED
 
 
-def _rendezvous(comm: Any, rank: int, size: int, timeout_s: float) -> dist.TCPStore:
-    """A TCPStore on rank 0; its address and OS-chosen port reach the other ranks over MPI.
+def _rendezvous(comm: Any, rank: int, size: int, timeout_s: float) -> tuple[dist.TCPStore, dict[str, Any]]:
+    """A TCPStore on rank 0 and the network this rank uses.
 
-    Without MPI (srun, no plugin) the port is derived from the Slurm job and step ids and the address
-    is the first node of the allocation (or MASTER_ADDR/MASTER_PORT when the user sets them).
+    Under MPI the hosts are known (allgather of host names): on one host the store listens on 127.0.0.1
+    and gloo on loopback; across hosts every rank picks its interface (:func:`choose_interface`) and
+    rank 0's store listens on rank 0's chosen address only, which, with the OS-chosen port, reaches the
+    other ranks over MPI. Without MPI (srun, no plugin) the port is derived from the Slurm job and step
+    ids and the address is the first node of the allocation (or MASTER_ADDR/MASTER_PORT when the user
+    sets them).
     """
     timeout = datetime.timedelta(seconds=timeout_s)
+    me = socket.gethostname()
     if comm is not None:
-        hosts = comm.allgather(socket.gethostname())
-        host = "127.0.0.1" if len(set(hosts)) == 1 else os.environ.get("MASTER_ADDR", hosts[0])
+        hosts = comm.allgather(me)
+        distinct = list(dict.fromkeys(hosts))
+        if len(distinct) == 1:
+            bind, ifname, how = _loopback(), _ifname_of(_loopback()), "single host: loopback"
+        else:
+            first = os.environ.get("MASTER_ADDR") or distinct[0]
+            bind, ifname, how = choose_interface(first, fallback=distinct[1] if len(distinct) > 1 else None)
+        network = {"hosts": len(distinct), "host": me, "bind_address": bind, "ifname": ifname, "how": how}
         if rank == 0:
-            store = _master_store(host == "127.0.0.1", 0, size, timeout)
-            comm.bcast((host, store.port), root=0)
-            return store
-        host, port = comm.bcast(None, root=0)
-        return dist.TCPStore(host, port, size, False, timeout=timeout)
+            store = _master_store(bind, 0, size, timeout)
+            comm.bcast((bind, store.port), root=0)
+        else:
+            host, port = comm.bcast(None, root=0)
+            store = dist.TCPStore(host, port, size, False, timeout=timeout)
+        network["store"] = f"{bind if rank == 0 else host}:{store.port}"
+        return store, network
     host = os.environ.get("MASTER_ADDR") or _first_slurm_host()
     port = _int_env("MASTER_PORT") or _slurm_port()
+    single_host = host in ("127.0.0.1", "localhost")
+    if single_host:
+        bind, ifname, how = _loopback(), _ifname_of(_loopback()), "single host: loopback"
+    else:
+        bind, ifname, how = choose_interface(host)
+    network = {"hosts": 1 if single_host else None, "host": me, "bind_address": bind, "ifname": ifname,
+               "how": how, "store": f"{host}:{port}"}
     if rank == 0:
-        return _master_store(host in ("127.0.0.1", "localhost"), port, size, timeout)
-    return dist.TCPStore(host, port, size, False, timeout=timeout)
+        return _master_store(_listen_address(host, bind, single_host), port, size, timeout), network
+    return dist.TCPStore(host, port, size, False, timeout=timeout), network
 
 
-def _master_store(loopback: bool, port: int, size: int, timeout: datetime.timedelta) -> dist.TCPStore:
-    """Rank 0's TCPStore server; on one host it accepts connections on 127.0.0.1 only.
+def _listen_address(host: str, bind: str, single_host: bool) -> str:
+    """Where rank 0's store listens when the others find it by the name ``host`` (not over MPI): its chosen
+    address when ``host`` resolves to it (or loopback on one host), else every interface, since the name
+    is all the other ranks have."""
+    return bind if single_host or _resolves_to(host, bind) else "0.0.0.0"
 
-    TCPStore itself listens on every interface whatever host name it is given, so for a single-host
-    job fedrun binds the listening socket to loopback itself and hands it over (``master_listen_fd``).
+
+def _master_store(address: str, port: int, size: int, timeout: datetime.timedelta) -> dist.TCPStore:
+    """Rank 0's TCPStore server, accepting connections on ``address`` only ("0.0.0.0": every interface).
+
+    TCPStore itself listens on every interface whatever host name it is given, so fedrun binds the
+    listening socket itself and hands it over (``master_listen_fd``).
     """
-    if not loopback:
+    if address == "0.0.0.0":
         return dist.TCPStore("0.0.0.0", port, size, True, timeout=timeout, wait_for_workers=False)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
+        sock.bind((address, port))
         sock.listen(128)
         port = sock.getsockname()[1]
     except OSError as exc:
         sock.close()
-        raise LaunchError(f"rendezvous: cannot listen on 127.0.0.1:{port} ({exc})") from None
+        raise LaunchError(f"rendezvous: cannot listen on {address}:{port} ({exc})") from None
     fd = sock.detach()  # the store owns the listening socket from now on
-    return dist.TCPStore("127.0.0.1", port, size, True, timeout=timeout, wait_for_workers=False,
+    return dist.TCPStore(address, port, size, True, timeout=timeout, wait_for_workers=False,
                          master_listen_fd=fd, use_libuv=True)
+
+
+# ------------------------------------------------------------------------------ choosing the interface
+
+
+def choose_interface(first_host: str, fallback: str | None = None) -> tuple[str, str | None, str]:
+    """``(address, interface, how)`` this rank binds to in a multi-host job.
+
+    1. ``FEDRUN_IFNAME`` (fedrun's own setting), else 2. ``GLOO_SOCKET_IFNAME`` (its first name): that
+    interface's IPv4 address. 3. Otherwise the interface of the route from here to ``first_host`` (the
+    host of rank 0, or MASTER_ADDR): the address the kernel would use as the source of a packet to it.
+    On the first host itself that route is loopback (or ``first_host`` resolves to 127.0.1.1, Debian's
+    habit), so the route to ``fallback`` (the next host) is taken instead.
+    """
+    for var in ("FEDRUN_IFNAME", "GLOO_SOCKET_IFNAME"):
+        value = os.environ.get(var, "").split(",")[0].strip()
+        if value:
+            address = _ipv4_of(value)
+            if address is None:
+                raise LaunchError(f"{var}={value}: no such network interface with an IPv4 address on "
+                                  f"{socket.gethostname()} (have: {', '.join(_interfaces()) or 'none'})")
+            return address, value, var
+    tried = []
+    for target in (first_host, fallback):
+        if not target:
+            continue
+        address = _route_source(target)
+        tried.append(f"{target} -> {address}")
+        if address is not None and not ipaddress.ip_address(address).is_loopback:
+            return address, _ifname_of(address), f"route to {target}"
+    raise LaunchError(f"multi-host rendezvous: no non-loopback route from {socket.gethostname()} "
+                      f"({'; '.join(tried) or 'no peer host'}); set FEDRUN_IFNAME to the interface the "
+                      "ranks share")
+
+
+def _route_source(host: str) -> str | None:
+    """The local IPv4 address the kernel picks to reach ``host`` (no packet is sent), or None."""
+    try:
+        target = socket.gethostbyname(host)
+    except OSError:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((target, 9))
+        except OSError:
+            return None
+        return probe.getsockname()[0]
+
+
+def _resolves_to(host: str, address: str) -> bool:
+    try:
+        return address in socket.gethostbyname_ex(host)[2]
+    except OSError:
+        return False
+
+
+def _interfaces() -> list[str]:
+    try:
+        return [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return []
+
+
+def _ipv4_of(ifname: str) -> str | None:
+    """The (primary) IPv4 address of interface ``ifname``, or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", ifname.encode()[:15]))  # SIOCGIFADDR
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def _ifname_of(address: str) -> str | None:
+    """The interface that holds ``address``, or None."""
+    for name in _interfaces():
+        if _ipv4_of(name) == address:
+            return name
+    return None
+
+
+def _is_loopback_name(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+def _loopback() -> str:
+    return "127.0.0.1"
 
 
 def _first_slurm_host() -> str:

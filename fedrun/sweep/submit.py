@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,10 +38,14 @@ os.environ.setdefault("SUBMITIT_PREEMPT_SIGNAL", "USR1")
 import submitit  # noqa: E402
 from submitit.core.job_environment import JobEnvironment  # noqa: E402
 
+from fedrun.errors import EXIT_BAD_INPUT  # noqa: E402
 from fedrun.sweep.spec import RunSpec, SweepError, SweepSpec, load_sweep  # noqa: E402
+from fedrun.sweep.validate import SweepTaskError, validate_runs  # noqa: E402
 
 JobEnvironment.USR_SIG = os.environ["SUBMITIT_PREEMPT_SIGNAL"]  # in case submitit was imported first
 
+# srun --wait: once one rank has exited, the others get this long to exit too before srun ends them
+STEP_WAIT_S = 30
 REQUEUE_EXIT = 75  # fedrun train: stopped by SIGTERM/SIGUSR1 after writing a checkpoint
 ALIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
                 "COMPLETING", "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}
@@ -56,12 +61,13 @@ class FedrunTask(submitit.helpers.Checkpointable):
 
     def __init__(self, program: list[str], config: str | None, run_dir: str, overrides: list[str],
                  tasks: int = 1, cpus_per_task: int = 1, gpus_per_task: int = 0, mpi: str = "pmi2",
-                 stop_timeout_s: float = 60.0) -> None:
+                 stop_timeout_s: float = 60.0, nodes: int = 1) -> None:
         self.program = list(program)
         self.config = config
         self.run_dir = str(run_dir)
         self.overrides = list(overrides)
         self.tasks = tasks
+        self.nodes = nodes
         self.cpus_per_task = cpus_per_task
         self.gpus_per_task = gpus_per_task
         self.mpi = mpi
@@ -73,6 +79,10 @@ class FedrunTask(submitit.helpers.Checkpointable):
         state["_proc"] = None
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("nodes", 1)  # pickled by an earlier version
+        self.__dict__.update(state)
+
     def train_args(self) -> list[str]:
         config = ["--config", self.config] if self.config else []
         return [*self.program, *config, "--resume", "auto", *self.overrides]
@@ -80,8 +90,12 @@ class FedrunTask(submitit.helpers.Checkpointable):
     def command(self, env: dict[str, str] | None = None) -> list[str]:
         env = os.environ if env is None else env
         if "SLURM_JOB_ID" in env and shutil.which("srun"):
-            launcher = ["srun", f"--ntasks={self.tasks}", f"--mpi={self.mpi}", "--kill-on-bad-exit=1",
-                        f"--cpus-per-task={self.cpus_per_task}"]
+            # as launch/srun.sh: --kill-on-bad-exit=0 --wait=30, so that ranks stopping on a signal all
+            # exit 75 (with =1, srun kills the ranks of the other nodes while they exit, and returns 143)
+            launcher = ["srun", f"--ntasks={self.tasks}", f"--mpi={self.mpi}", "--kill-on-bad-exit=0",
+                        f"--wait={STEP_WAIT_S}", f"--cpus-per-task={self.cpus_per_task}"]
+            if self.nodes > 1:
+                launcher.insert(1, f"--nodes={self.nodes}")
             if self.gpus_per_task:
                 launcher.append(f"--gpus-per-task={self.gpus_per_task}")
             return [*launcher, *self.train_args()]
@@ -96,6 +110,8 @@ class FedrunTask(submitit.helpers.Checkpointable):
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", str(self.cpus_per_task))
         cmd = self.command(env)
+        if "SLURM_JOB_NODELIST" in env:
+            print(f"fedrun sweep: job {env.get('SLURM_JOB_ID')} on nodes {env['SLURM_JOB_NODELIST']}", flush=True)
         print("fedrun sweep: " + " ".join(cmd), flush=True)
         self._proc = subprocess.Popen(cmd, env=env)
         while (rc := self._proc.poll()) is None:
@@ -187,7 +203,7 @@ def make_executor(spec: SweepSpec, kind: str) -> submitit.Executor:
     if kind == "slurm":
         executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=r.max_requeues)
         params: dict[str, Any] = dict(
-            job_name=f"fedrun-{spec.name}", time=r.time_min, nodes=r.nodes,
+            job_name=f"fedrun-{spec.name}", time=r.time_min,
             cpus_per_task=r.cpus_per_task, signal_delay_s=r.signal_delay_s,
             array_parallelism=r.array_parallelism, use_srun=False,
             # the job imports fedrun.sweep.submit to unpickle FedrunTask: works without pip install too
@@ -199,9 +215,10 @@ def make_executor(spec: SweepSpec, kind: str) -> submitit.Executor:
             params["gpus_per_task"] = r.gpus_per_task
         if r.mem_gb:
             params["mem"] = f"{r.mem_gb}GB" if float(r.mem_gb).is_integer() else f"{int(r.mem_gb * 1024)}MB"
-        # --ntasks, not submitit's ntasks_per_node: submitit would expect one result per task, while the
-        # ranks are started by FedrunTask's own srun and submitit runs one process per job
-        params["additional_parameters"] = {"ntasks": r.tasks, **r.extra}
+        # --ntasks and --nodes, not submitit's ntasks_per_node and nodes: submitit would expect one result
+        # per task (per node), while the ranks are started by FedrunTask's own srun and submitit runs one
+        # process per job (these replace submitit's own --nodes=1 line)
+        params["additional_parameters"] = {"ntasks": r.tasks, "nodes": r.nodes, **r.extra}
         executor.update_parameters(**params)
         return executor
     if kind == "local":
@@ -238,27 +255,34 @@ def write_manifest(spec: SweepSpec, runs: list[RunSpec]) -> None:
 
 
 def submit_sweep(spec: SweepSpec, executor: str = "slurm", dry_run: bool = False,
-                 out=print) -> list[tuple[RunSpec, Any]]:
+                 out=print, validate: bool = True) -> list[tuple[RunSpec, Any]]:
     """Submit the runs of ``spec`` that are not done or queued; returns ``[(run, submitit job)]``.
 
-    ``dry_run`` prints one line per run (status, directory, overrides) and submits nothing.
+    Before anything is written or queued, every run to submit is validated as ``fedrun train`` would
+    (config, then model/data fit; :mod:`fedrun.sweep.validate`): any bad run raises
+    :class:`SweepTaskError` with one line per bad run, and nothing is submitted.
+    ``dry_run`` validates the same way, prints one line per run (status, directory, overrides) and
+    submits nothing.
     """
     spec.root = spec.root.resolve()
     runs = spec.runs()
+    status = {run.name: (run_status(run) if run.dir.exists() else "new") for run in runs}
+    todo = [run for run in runs if status[run.name] not in ("done", "queued")]
+    if validate:
+        problems = validate_runs(spec, todo)  # index i in todo = array index i of the submission
+        if problems:
+            raise SweepTaskError(problems)
     if dry_run:
         for run in runs:
-            status = run_status(run) if run.dir.exists() else "new"
-            out(f"{status:8s} {run.dir}  {' '.join(run.overrides[:-1])}")
-        out(f"{len(runs)} runs in {spec.root}")
+            out(f"{status[run.name]:8s} {run.dir}  {' '.join(run.overrides[:-1])}")
+        out(f"{len(runs)} runs in {spec.root}" + (f"; all {len(todo)} to submit are valid" if validate and todo
+                                                     else ""))
         return []
     write_manifest(spec, runs)
-    todo, skipped = [], {}
+    skipped: dict[str, int] = {}
     for run in runs:
-        status = run_status(run)
-        if status in ("done", "queued"):
-            skipped[status] = skipped.get(status, 0) + 1
-        else:
-            todo.append(run)
+        if status[run.name] in ("done", "queued"):
+            skipped[status[run.name]] = skipped.get(status[run.name], 0) + 1
     if not todo:
         out(f"nothing to submit: {skipped} ({spec.root})")
         return []
@@ -266,20 +290,94 @@ def submit_sweep(spec: SweepSpec, executor: str = "slurm", dry_run: bool = False
     r = spec.resources
     tasks = [FedrunTask(spec.program(), config, str(run.dir), run.overrides, tasks=r.tasks,
                         cpus_per_task=r.cpus_per_task, gpus_per_task=r.gpus_per_task, mpi=r.mpi,
-                        stop_timeout_s=max(10.0, r.signal_delay_s - 10.0)) for run in todo]
+                        stop_timeout_s=max(10.0, r.signal_delay_s - 10.0), nodes=r.nodes) for run in todo]
     ex = make_executor(spec, executor)
     jobs = []
     with ex.batch():
         for task in tasks:
             jobs.append(ex.submit(task))
-    for run, job in zip(todo, jobs, strict=True):
+    for index, (run, job) in enumerate(zip(todo, jobs, strict=True)):
         (run.dir / "job.json").write_text(json.dumps(
-            {"job_id": job.job_id, "executor": executor, "submitted": time.time(),
-             "logs": str(job.paths.stdout)}) + "\n")
-    resumed = sum(run_status(run) == "partial" for run in todo)
+            {"job_id": job.job_id, "executor": executor, "array_index": index, "submitted": time.time(),
+             "logs": str(job.paths.stdout), "errors": str(job.paths.stderr)}) + "\n")
+    resumed = sum(status[run.name] == "partial" for run in todo)
     out(f"submitted {len(jobs)} runs ({resumed} resuming) as {executor} job {jobs[0].job_id.split('_')[0]}"
         f"; skipped {skipped or 'none'}; sweep dir {spec.root}")
     return list(zip(todo, jobs, strict=True))
+
+
+# ----------------------------------------------------------------------------------------------- wait
+
+_ERROR_LINE = re.compile(r"fedrun(\[rank \d+\])?: error: ")
+RUNNING_STATES = {"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING"}
+
+
+def task_progress(jobs: list[tuple[RunSpec, Any]]) -> tuple[dict[str, int], list[int]]:
+    """Counts of pending, running, done and failed tasks, and the array indices of the failed ones."""
+    counts = {"pending": 0, "running": 0, "done": 0, "failed": 0}
+    failed = []
+    for index, (_, job) in enumerate(jobs):
+        if job.done():
+            if job.exception() is None:
+                counts["done"] += 1
+            else:
+                counts["failed"] += 1
+                failed.append(index)
+        elif str(job.state).upper() in RUNNING_STATES:
+            counts["running"] += 1
+        else:
+            counts["pending"] += 1
+    return counts, failed
+
+
+def error_line(job: Any) -> tuple[str, str]:
+    """``(line, log path)``: the last line of the task's logs that states its error.
+
+    fedrun's own one-line errors (``fedrun: error: ...``, ``fedrun[rank N]: error: ...``) come first,
+    from the .err log (the ranks' stderr) and then the .out log; else the last exception line of a
+    traceback; else the last line of the .err log.
+    """
+    logs = [Path(str(p)) for p in (job.paths.stderr, job.paths.stdout)]
+    texts = {p: (p.read_text(errors="replace").splitlines() if p.is_file() else []) for p in logs}
+    for path in logs:
+        for line in reversed(texts[path]):
+            if _ERROR_LINE.search(line):
+                return line.strip(), str(path)
+    for path in logs:
+        for line in reversed(texts[path]):
+            if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupted)\b", line.strip()):
+                return line.strip(), str(path)
+    for path in logs:
+        lines = [line for line in texts[path] if line.strip()]
+        if lines:
+            return lines[-1].strip(), str(path)
+    return "(no log written)", str(logs[0])
+
+
+WAIT_POLL_S = 5.0  # how often --wait asks Slurm (through submitit) for the tasks' states
+
+
+def wait_sweep(jobs: list[tuple[RunSpec, Any]], out=print, err=None, poll_s: float | None = None) -> int:
+    """Wait for every task, printing ``N tasks: P pending, R running, D done, F failed`` whenever the
+    counts change; then one line per failed task with the log line holding its error. Returns the
+    number of failed tasks."""
+    err = err or (lambda s: print(s, file=sys.stderr, flush=True))
+    last = None
+    while True:
+        counts, failed = task_progress(jobs)
+        line = (f"fedrun sweep: {len(jobs)} tasks: {counts['pending']} pending, {counts['running']} running, "
+                f"{counts['done']} done, {counts['failed']} failed")
+        if line != last:
+            out(line)
+            last = line
+        if counts["pending"] + counts["running"] == 0:
+            break
+        time.sleep(WAIT_POLL_S if poll_s is None else poll_s)
+    for index in failed:
+        run, job = jobs[index]
+        text, path = error_line(job)
+        err(f"fedrun sweep: array index {index} ({run.name}, job {job.job_id}) failed: {text}  [{path}]")
+    return len(failed)
 
 
 def sweep_main(argv: list[str]) -> int:
@@ -296,17 +394,17 @@ def sweep_main(argv: list[str]) -> int:
         spec = load_sweep(args.sweep, root=args.root)
         kind = args.executor or ("slurm" if shutil.which("sbatch") else "local")
         submitted = submit_sweep(spec, executor=kind, dry_run=args.dry_run)
-    except (SweepError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
+    except SweepTaskError as exc:
+        for line in exc.lines:
+            print(f"fedrun sweep: {line}", file=sys.stderr)
+        print(f"fedrun sweep: {len(exc.lines)} invalid task(s); nothing submitted", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SweepError as exc:
+        print(f"fedrun sweep: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         print(f"fedrun sweep: {exc}", file=sys.stderr)
         return 1
-    if args.wait:
-        failed = 0
-        for run, job in submitted:
-            try:
-                job.result()
-            except Exception as exc:  # noqa: BLE001 - report every failure, keep waiting
-                failed += 1
-                print(f"fedrun sweep: {run.name} failed: {str(exc).splitlines()[-1] if str(exc) else exc}",
-                      file=sys.stderr)
-        return 1 if failed else 0
+    if args.wait and submitted:
+        return 1 if wait_sweep(submitted) else 0
     return 0

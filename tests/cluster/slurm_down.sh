@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Stop the single-node Slurm started by tests/cluster/slurm_up.sh: cancel its jobs, then stop slurmd,
-# slurmctld and munged by their PID files (never by name). Packages stay installed.
+# Stop the two-node Slurm started by tests/cluster/slurm_up.sh and remove what it created: cancel its
+# jobs, stop every node's slurmd, slurmctld and munged by their PID files (never by name), then delete
+# the namespaces, veths and bridge recorded in $FEDRUN_SLURM_DIR/net.state. Packages stay installed.
 #   --purge  also delete $FEDRUN_SLURM_DIR and the links slurm_up.sh made in /etc/slurm and /usr/local/bin
 set -uo pipefail
 DIR=${FEDRUN_SLURM_DIR:-/tmp/fedrun-slurm}
@@ -20,7 +21,7 @@ stop() {  # NAME PIDFILE
   rm -f "$2"
 }
 
-# jobs first, so that no slurmstepd outlives slurmd
+# jobs first, so that no slurmstepd outlives its slurmd
 if [ -s "$DIR/slurmctld.pid" ] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
   if [ -n "$(squeue --noheader --states=PD,R,CG --format=%i 2>/dev/null)" ]; then
     scancel --full --user="$(id -un)" 2>/dev/null
@@ -29,9 +30,33 @@ if [ -s "$DIR/slurmctld.pid" ] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/n
     done
   fi
 fi
-stop slurmd "$DIR/slurmd.pid"
+for pidfile in "$DIR"/slurmd.*.pid "$DIR/slurmd.pid"; do
+  [ -e "$pidfile" ] || continue
+  name=${pidfile##*/}; name=${name%.pid}
+  stop "$name" "$pidfile"
+done
 stop slurmctld "$DIR/slurmctld.pid"
 stop munged /run/munge/munged.pid
+
+# the network, in reverse order of creation; a namespace whose processes are gone disappears with its name
+if [ -s "$DIR/net.state" ]; then
+  tac "$DIR/net.state" | while read -r kind name rest; do
+    case $kind in
+      netns)
+        left=$(ip netns pids "$name" 2>/dev/null | tr '\n' ' ')
+        [ -z "$left" ] || echo "netns $name: processes still inside: $left"
+        ip netns del "$name" 2>/dev/null && echo "netns $name: removed" ;;
+      veth)
+        ! ip link show "$name" >/dev/null 2>&1 || { ip link del "$name" && echo "veth $name: removed"; } ;;
+      bridge)
+        ! ip link show "$name" >/dev/null 2>&1 || { ip link del "$name" && echo "bridge $name: removed"; } ;;
+      iptables)
+        # shellcheck disable=SC2086
+        iptables -D $name $rest 2>/dev/null && echo "iptables rule removed: $name $rest" ;;
+    esac
+  done
+  rm -f "$DIR/net.state"
+fi
 
 if [ "${1:-}" = --purge ]; then
   [ "$(readlink /etc/slurm/slurm.conf 2>/dev/null)" = "$DIR/etc/slurm.conf" ] && rm -f /etc/slurm/slurm.conf

@@ -1,22 +1,47 @@
 #!/usr/bin/env bash
-# fedrun's single-node Slurm for tests and CI: munge + slurmctld + slurmd from Debian's slurm-wlm,
-# started as root without systemd and without cgroups.
+# fedrun's two-node Slurm for tests and CI: munge + slurmctld + one slurmd per compute node, from
+# Debian's slurm-wlm, started as root without systemd and without cgroups.
 #
 #   bash tests/cluster/slurm_up.sh          # idempotent: starts only what is not running
-#   bash tests/cluster/slurm_down.sh        # stops what this started (by PID file); --purge wipes state
+#   bash tests/cluster/slurm_down.sh        # stops and removes everything this created; --purge wipes state
+#
+# The cluster on one machine:
+#
+#     root namespace (this machine)                      netns fedrun-node1        netns fedrun-node2
+#     munged  slurmctld (UTS "fedrun-ctl")               slurmd -N node1           slurmd -N node2
+#     bridge fedrun-br0 10.77.0.1/24 --- veth fr-node1 --- eth0 10.77.0.11/24
+#                                    \-- veth fr-node2 ---------------------------- eth0 10.77.0.12/24
+#
+#   * Each compute node is a slurmd in its own network namespace (its own address, its own loopback,
+#     port 6818 in each), UTS namespace (hostname node1, node2) and mount namespace (only to give it an
+#     /etc/hosts that names the nodes; every other mount, this machine's filesystem, is shared and
+#     stands in for a cluster's shared storage). The jobs' processes inherit all three, so the ranks of
+#     `srun -N 2` see two hostnames and talk to each other over the veths and the bridge.
+#   * The addresses are a private range on a bridge this script creates: no NAT, no default route in the
+#     nodes, nothing forwarded; a node reaches the other node and the bridge address, nothing else.
+#   * slurmctld runs in this machine's network namespace and listens on the bridge address, so the
+#     Slurm clients here (sbatch, srun, squeue, submitit) and the slurmds reach it; it gets a UTS
+#     namespace of its own only so that its hostname matches SlurmctldHost.
+#   * munged runs here; its socket is a file (/run/munge), which every namespace sees.
+#   * srun started here (the tests' "login node") is reached by the nodes' slurmstepds (I/O, PMI2) at
+#     the bridge address, the address its requests come from.
 #
 # Environment:
-#   FEDRUN_SLURM_DIR   state, logs, slurm.conf and PID files (default /tmp/fedrun-slurm)
-#   FEDRUN_SLURM_CPUS  CPUs the node advertises (default: nproc, at least 4 so 2-rank x 2-job tests fit;
-#                      Slurm happily oversubscribes a small machine when told it has more CPUs)
-#   FEDRUN_SLURM_MEM_MB  node memory (default 90 % of MemTotal; slurmd drains a node claiming more)
+#   FEDRUN_SLURM_DIR    state, logs, slurm.conf, per-node spool and PID files (default /tmp/fedrun-slurm)
+#   FEDRUN_SLURM_NODES  compute nodes (default 2)
+#   FEDRUN_SLURM_CPUS   CPUs each node advertises (default: nproc, at least 4, so that two 2-rank jobs fit
+#                       on one node; Slurm happily oversubscribes a small machine when told it has more)
+#   FEDRUN_SLURM_MEM_MB memory each node advertises (default 90 % of MemTotal / nodes; slurmd drains a node
+#                       claiming more than it sees)
+#   FEDRUN_SLURM_NET    the /24 of the nodes (default 10.77.0; the bridge is .1, node i is .(10+i))
 #
-# Why the configuration looks like this:
+# Why the Slurm configuration looks like this:
 #   * ProctrackType=proctrack/linuxproc + TaskPlugin=task/none: containers and CI boxes have no
 #     writable cgroup tree; plain /proc tracking works everywhere.
 #   * SlurmdParameters=config_overrides: trust the CPUs= we configure (may exceed the hardware's) instead
 #     of draining the node for "Low socket*core*thread count".
-#   * SelectTypeParameters=CR_CPU: only CPUs are consumed, so jobs without --mem can share the node.
+#   * SlurmdSpoolDir/SlurmdPidFile/SlurmdLogFile with %n: one spool, PID file and log per node.
+#   * SelectTypeParameters=CR_CPU: only CPUs are consumed, so jobs without --mem can share a node.
 #   * AuthInfo=cred_expire=10: a requeued job (submitit checkpoint -> scontrol requeue) may only start
 #     again after the credential of its previous run expires (default 120 s).
 #   * SchedulerParameters=sched_interval=2,bf_interval=1: schedule every couple of seconds, not every
@@ -27,9 +52,13 @@
 set -euo pipefail
 
 DIR=${FEDRUN_SLURM_DIR:-/tmp/fedrun-slurm}
+NODES=${FEDRUN_SLURM_NODES:-2}
 NCPU=$(nproc)
 CPUS=${FEDRUN_SLURM_CPUS:-$(( NCPU < 4 ? 4 : NCPU ))}
-MEM_MB=${FEDRUN_SLURM_MEM_MB:-$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)}
+MEM_MB=${FEDRUN_SLURM_MEM_MB:-$(awk -v n="$NODES" '/^MemTotal:/ {print int($2 / 1024 * 0.9 / n)}' /proc/meminfo)}
+NET=${FEDRUN_SLURM_NET:-10.77.0}
+BRIDGE=fedrun-br0
+CTL_ADDR=$NET.1
 START_NS=$(date +%s%N)
 
 say() { local ms=$(( ($(date +%s%N) - START_NS) / 1000000 )); printf '[slurm_up %d.%03ds] %s\n' $((ms / 1000)) $((ms % 1000)) "$*"; }
@@ -42,12 +71,16 @@ stop_by_pidfile() {
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
   kill -9 "$pid"
 }
+node_name() { echo "node$1"; }
+node_ns() { echo "fedrun-node$1"; }
+node_addr() { echo "$NET.$((10 + $1))"; }
 
-if [ "$(id -u)" != 0 ]; then echo "slurm_up.sh: needs root (installs packages, runs the daemons)" >&2; exit 1; fi
+if [ "$(id -u)" != 0 ]; then echo "slurm_up.sh: needs root (installs packages, namespaces, runs the daemons)" >&2; exit 1; fi
+if ! [[ $NODES =~ ^[1-9]$ ]]; then echo "slurm_up.sh: FEDRUN_SLURM_NODES: expected 1..9, got '$NODES'" >&2; exit 2; fi
 
 # ---------------------------------------------------------------- 1. packages (only when missing)
 missing=()
-for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge; do
+for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge ip:iproute2 unshare:util-linux; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if ((${#missing[@]})); then
@@ -71,13 +104,57 @@ if ! running /run/munge/munged.pid; then
 fi
 retry 50 sh -c 'munge -n </dev/null | unmunge'
 
-# ---------------------------------------------------------------- 3. slurm.conf
+# ---------------------------------------------------------------- 3. the network: bridge, veths, namespaces
 mkdir -p "$DIR"/{etc,state,spool,log,bin}
+# what exists is recorded before it is created, so that slurm_down.sh removes exactly this
+net_state=$DIR/net.state
+record() { grep -qxF "$1" "$net_state" 2>/dev/null || echo "$1" >> "$net_state"; }
+if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+  record "bridge $BRIDGE"
+  ip link add "$BRIDGE" type bridge
+  say "bridge $BRIDGE created"
+fi
+ip addr replace "$CTL_ADDR/24" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+# hosts that bridge traffic through iptables (br_netfilter, e.g. Docker hosts with FORWARD DROP) would
+# drop the nodes' packets: accept what stays on our bridge (removed again by slurm_down.sh)
+if [ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null || echo 0)" = 1 ] && command -v iptables >/dev/null; then
+  if ! iptables -C FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT 2>/dev/null; then
+    record "iptables FORWARD -i $BRIDGE -o $BRIDGE -j ACCEPT"
+    iptables -I FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
+  fi
+fi
+{
+  echo "127.0.0.1 localhost"
+  echo "$CTL_ADDR fedrun-ctl"
+  for i in $(seq "$NODES"); do echo "$(node_addr "$i") $(node_name "$i")"; done
+} > "$DIR/etc/hosts"
+for i in $(seq "$NODES"); do
+  ns=$(node_ns "$i"); veth=fr-$(node_name "$i")
+  if ! ip netns list | grep -qw "^$ns"; then
+    record "netns $ns"
+    ip netns add "$ns"
+  fi
+  if ! ip link show "$veth" >/dev/null 2>&1; then
+    record "veth $veth"
+    ip link add "$veth" type veth peer name eth0 netns "$ns"
+  fi
+  ip link set "$veth" master "$BRIDGE" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr replace "$(node_addr "$i")/24" dev eth0
+  ip -n "$ns" link set eth0 up
+done
+say "network up: $BRIDGE $CTL_ADDR/24, nodes $(for i in $(seq "$NODES"); do printf '%s=%s ' "$(node_name "$i")" "$(node_addr "$i")"; done)"
+
+# ---------------------------------------------------------------- 4. slurm.conf
 conf=$DIR/etc/slurm.conf
+node_lines=$(for i in $(seq "$NODES"); do
+  echo "NodeName=$(node_name "$i") NodeAddr=$(node_addr "$i") CPUs=$CPUS RealMemory=$MEM_MB State=UNKNOWN"
+done)
 cat > "$conf.tmp" <<CONF
 # generated by fedrun tests/cluster/slurm_up.sh
 ClusterName=fedrun
-SlurmctldHost=localhost(127.0.0.1)
+SlurmctldHost=fedrun-ctl($CTL_ADDR)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -86,11 +163,11 @@ AuthInfo=cred_expire=10
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
+SlurmdPidFile=$DIR/slurmd.%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
+SlurmdLogFile=$DIR/log/slurmd.%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -109,8 +186,8 @@ KillWait=5
 InactiveLimit=0
 MinJobAge=3600
 SlurmdTimeout=60
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+$node_lines
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
 conf_changed=0
 if cmp -s "$conf.tmp" "$conf"; then rm -f "$conf.tmp"; else mv "$conf.tmp" "$conf"; conf_changed=1; fi
@@ -123,7 +200,7 @@ if [ "$(readlink /etc/slurm/slurm.conf 2>/dev/null || true)" != "$conf" ]; then
   ln -s "$conf" /etc/slurm/slurm.conf
 fi
 
-# ---------------------------------------------------------------- 4. sacct stand-in
+# ---------------------------------------------------------------- 5. sacct stand-in
 cat > "$DIR/bin/sacct" <<'SACCT'
 #!/usr/bin/env bash
 # sacct for a Slurm without accounting storage (fedrun tests/cluster/slurm_up.sh).
@@ -163,24 +240,45 @@ SACCT
 chmod 0755 "$DIR/bin/sacct"
 ln -sfn "$DIR/bin/sacct" /usr/local/bin/sacct
 
-# ---------------------------------------------------------------- 5. daemons
-if ((conf_changed)) && { running "$DIR/slurmctld.pid" || running "$DIR/slurmd.pid"; }; then
+# ---------------------------------------------------------------- 6. daemons
+any_slurmd_running() { local i; for i in $(seq "$NODES"); do running "$DIR/slurmd.$(node_name "$i").pid" && return 0; done; return 1; }
+if ((conf_changed)) && { running "$DIR/slurmctld.pid" || any_slurmd_running; }; then
   say "slurm.conf changed: restarting the daemons"
-  stop_by_pidfile "$DIR/slurmd.pid"
+  for i in $(seq "$NODES"); do stop_by_pidfile "$DIR/slurmd.$(node_name "$i").pid"; done
   stop_by_pidfile "$DIR/slurmctld.pid"
 fi
 if ! running "$DIR/slurmctld.pid"; then
-  slurmctld -i   # -i: ignore unreadable state from an earlier configuration
+  # -i: ignore unreadable state from an earlier configuration
+  unshare --uts sh -c 'hostname fedrun-ctl && exec slurmctld -i'
   say "slurmctld started"
 fi
 retry 100 sh -c 'scontrol ping | grep -q "is UP"' || { tail -n 20 "$DIR/log/slurmctld.log" >&2; exit 1; }
-if ! running "$DIR/slurmd.pid"; then
-  slurmd -N localhost   # the node is called "localhost", whatever this machine's hostname
-  say "slurmd started"
+for i in $(seq "$NODES"); do
+  name=$(node_name "$i")
+  mkdir -p "$DIR/spool/$name"
+  if ! running "$DIR/slurmd.$name.pid"; then
+    # the node's own UTS (hostname) and mount namespace (its /etc/hosts) inside its network namespace;
+    # slurmd daemonizes and keeps all three, and so does every job step it starts. (nsenter, not
+    # `ip netns exec`: that remounts /sys for the namespace and so hides /sys/fs/cgroup, which slurmd's
+    # cgroup plugin probes at start-up even with proctrack/linuxproc and task/none)
+    nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts --mount --propagation slave \
+      sh -c "mount --bind '$DIR/etc/hosts' /etc/hosts && hostname '$name' && exec slurmd -N '$name'"
+    say "slurmd $name started in $(node_ns "$i")"
+  fi
+done
+nodes_csv=$(for i in $(seq "$NODES"); do printf '%s,' "$(node_name "$i")"; done); nodes_csv=${nodes_csv%,}
+nodes_usable() {
+  [ "$(sinfo --noheader --Node --nodes="$nodes_csv" --format=%t | grep -Ec '^(idle|mix|alloc|comp)')" = "$NODES" ]
+}
+if ! retry 150 nodes_usable; then
+  scontrol update nodename="$nodes_csv" state=resume >/dev/null 2>&1 || true
+  retry 50 nodes_usable || { sinfo -R >&2; tail -n 20 "$DIR"/log/slurmd.*.log >&2; exit 1; }
 fi
-node_usable() { sinfo --noheader --Node --nodes=localhost --format=%t | grep -Eq '^(idle|mix|alloc|comp)'; }
-if ! retry 150 node_usable; then
-  scontrol update nodename=localhost state=resume >/dev/null 2>&1 || true
-  retry 50 node_usable || { sinfo -R >&2; tail -n 20 "$DIR/log/slurmd.log" >&2; exit 1; }
-fi
-say "up: $(sinfo --noheader --Node --format='node %N %t, %c CPUs, %m MB') (state in $DIR)"
+# usable nodes have reached the controller and back; check node <-> node too (each slurmd's port)
+for i in $(seq "$NODES"); do
+  for j in $(seq "$NODES"); do
+    retry 30 ip netns exec "$(node_ns "$i")" bash -c "exec 3<>/dev/tcp/$(node_addr "$j")/6818" \
+      || { echo "slurm_up.sh: $(node_name "$i") cannot reach $(node_name "$j") at $(node_addr "$j"):6818" >&2; exit 1; }
+  done
+done
+say "up: $(sinfo --noheader --Node --format='%N %t %cCPUs %mMB' | paste -sd ' ' | sed 's/  */ /g') (state in $DIR)"

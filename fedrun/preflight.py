@@ -1,0 +1,94 @@
+"""Checks of a whole config that need the data: does the model fit the dataset?
+
+``fedrun sweep`` runs them on every task before anything is queued (fedrun.sweep.validate), and the
+round engine's build step calls :func:`check_model_fits_data` too, so a mismatch is one line naming the
+model, the input shape it expects and the data's, instead of a matmul error from inside a rank.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedrun.config import ConfigError
+
+if TYPE_CHECKING:
+    from fedrun.config import Config
+    from fedrun.data.dataset import TaskData
+
+# The input each model is built for, per example (C: any channel count; F: any feature count; L: any
+# sequence length). Only what the error message says: the check itself builds the model and runs it.
+EXPECTED_INPUT: dict[str, str] = {
+    "cnn_mnist": "[C, 28, 28] images",
+    "cnn_svhn": "[C, 32, 32] images",
+    "cnn_cifar10": "[C, 32, 32] images",
+    "cnn_femnist": "[C, H, W] images (H, W >= 4)",
+    "resnet18": "[C, H, W] images",
+    "resnet18_bn": "[C, H, W] images",
+    "logistic": "features or images of any shape (flattened)",
+    "linear": "[F] features (regression)",
+    "lstm_shakespeare": "[L] int64 token ids",
+    "lstm_shakespeare_unrolled": "[L] int64 token ids",
+}
+
+
+def check_model_fits_data(cfg: Config, task: TaskData | None = None) -> None:
+    """Raise :class:`ConfigError` (one line: model, expected and actual input shape) unless
+    ``cfg.model.name`` built for ``cfg.data``'s input shape takes one example and returns what the task's
+    loss needs ([1, classes] logits for classification, [1] for regression).
+
+    ``task``: the loaded dataset, when the caller has it (the round engine); else it is loaded here.
+    Cost: one model build and one forward pass on one example, on the CPU.
+    """
+    if task is None:
+        from fedrun.data import load_task
+
+        task = load_task(cfg.data, cfg.run.seed)
+    problem = model_data_mismatch(cfg.model.name, task)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def model_data_mismatch(model_name: str, task: TaskData) -> str | None:
+    """The one-line reason ``model_name`` does not fit ``task``, or None when it does."""
+    import torch
+
+    from fedrun.models import build_model
+
+    shape = tuple(int(s) for s in task.input_shape)
+    kind = "int64 token ids" if np.issubdtype(task.x_train.dtype, np.integer) else "floats"
+    got = f"data.name={task.name} gives {_shape(shape)} {kind} per example"
+    expected = EXPECTED_INPUT.get(model_name, "the input it was built for")
+    head = f"model.name={model_name} does not fit the data: it expects {expected}, {got}"
+    if len(task.x_train) == 0:
+        return None  # nothing to try it on; the data checks report empty datasets
+    example = torch.from_numpy(np.ascontiguousarray(task.x_train[:1]))
+    if example.is_floating_point():
+        example = example.to(torch.float32)
+    try:
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():  # the run's seed stays put
+            warnings.simplefilter("ignore")  # e.g. "zero-element tensors" of a 0-class head: reported below
+            model = build_model(model_name, shape, task.num_classes)
+        model.eval()
+        with torch.no_grad():
+            out = model(example)
+    except Exception as exc:  # noqa: BLE001 - any failure to build or run it is the mismatch
+        return f"{head} ({_first_line(exc)})"
+    want = (1, task.num_classes) if task.task == "classification" else (1,)
+    if tuple(out.shape) != want:
+        what = f"{task.num_classes}-class logits [1, {task.num_classes}]" if task.task == "classification" \
+            else "one regression value per example [1]"
+        return f"{head}; for one example it returns {_shape(tuple(out.shape))}, the {task.task} task needs {what}"
+    return None
+
+
+def _shape(shape: tuple[Any, ...]) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
