@@ -149,10 +149,18 @@ def run_one(s: dict) -> str:
     for item in s["overrides"]:
         apply_override(cfg, item)
     start = time.time()
+    from fedrun.errors import NumericalError
+
+    summary.parent.mkdir(parents=True, exist_ok=True)
     try:
         result = fedrun.run(cfg, write_files=True)
-    except Exception as exc:  # keep the grid going; the report marks the run as missing
-        summary.parent.mkdir(parents=True, exist_ok=True)
+    except NumericalError as exc:  # diverged: a finished run whose outcome is "diverged"
+        out = {k: s[k] for k in ("group", "label", "seed", "base", "overrides")}
+        out.update({"finite": False, "error": str(exc), "train_objective": None, "test_accuracy": [],
+                    "test_loss": [], "wall_s": round(time.time() - start, 2)})
+        summary.write_text(json.dumps(out) + "\n")
+        return "diverged"
+    except Exception as exc:  # keep the grid going; the run stays unfinished and the report omits it
         (summary.with_suffix(".error.txt")).write_text(f"{type(exc).__name__}: {exc}\n")
         return f"error: {type(exc).__name__}: {exc}"
     wall = time.time() - start
@@ -230,37 +238,55 @@ def fedsum_specs(lr: float | None = None, seeds=SEEDS, patterns=PATTERNS, labels
 
 
 def tune_specs() -> list[dict]:
-    return [s for lr in LR_GRID if lr != shared_lr() for s in fedsum_specs(lr, seeds=(0,), patterns=("p1",))]
-
-
-def tuned_lrs() -> dict[str, float | None]:
-    """Each algorithm's eta_0 with the lowest train objective on P1, seed 0 (None until all are run)."""
-    out = {}
+    """Every algorithm at the shared eta_0's neighbours in LR_GRID (P1, seed 0); a second call adds the
+    next value down for an algorithm whose best so far is the lowest value it was run at."""
+    i = LR_GRID.index(shared_lr())
+    values = set(LR_GRID[max(0, i - 1):i + 2])
+    out = []
     for label in FEDSUM_ALGORITHMS:
-        rows = {}
-        for lr in LR_GRID:
-            s = fedsum_specs(lr, seeds=(0,), patterns=("p1",), labels=[label])[0]
-            rows[lr] = load(s)
-        out[label] = best(rows)
+        mine = set(values)
+        best_lr = tuned_lrs(done_only=True).get(label)
+        tried = sorted(lr for lr in LR_GRID if load(fedsum_specs(lr, (0,), ("p1",), [label])[0]) is not None)
+        if best_lr is not None and tried and best_lr == tried[0] and LR_GRID.index(best_lr) > 0:
+            mine.add(LR_GRID[LR_GRID.index(best_lr) - 1])
+        out += [s for lr in sorted(mine) for s in fedsum_specs(lr, seeds=(0,), patterns=("p1",), labels=[label])]
     return out
 
 
-def tuned_specs() -> list[dict]:
+def tuned_lrs(done_only: bool = False) -> dict[str, float | None]:
+    """Each algorithm's eta_0 with the lowest train objective on P1, seed 0, among the values it was run
+    at (its tuning grid: the shared eta_0 and its neighbours, extended downwards while the best is the
+    lowest); None until the neighbours are done (``done_only``: whatever has been run)."""
+    i = LR_GRID.index(shared_lr())
+    needed = set(LR_GRID[max(0, i - 1):i + 2])
+    out = {}
+    for label in FEDSUM_ALGORITHMS:
+        rows = {lr: load(fedsum_specs(lr, (0,), ("p1",), [label])[0]) for lr in LR_GRID}
+        done = {lr: r for lr, r in rows.items() if r is not None}
+        if not done_only and not needed <= set(done):
+            out[label] = None
+            continue
+        out[label] = best(done) if done else None
+    return out
+
+
+def tuned_specs(patterns=PATTERNS) -> list[dict]:
     out = []
     for label, lr in tuned_lrs().items():
         if lr is not None:
-            out += fedsum_specs(lr, labels=[label])
+            out += fedsum_specs(lr, patterns=patterns, labels=[label])
     return out
 
 
-def fedadamom_specs(seeds=(0,), choose: bool = False) -> list[dict]:
-    """The grids on seed 0; with ``choose``, each algorithm at its chosen value on ``seeds``."""
+def fedadamom_specs(seeds=(0,), choose: bool = False, alphas=ALPHAS, choose_from: float | None = None) -> list[dict]:
+    """The grids on seed 0; with ``choose``, each algorithm at its chosen value on ``seeds`` (chosen at the
+    same alpha, or at ``choose_from`` when given)."""
     out = []
-    for alpha in ALPHAS:
+    for alpha in alphas:
         for label, (fixed, key, grid) in FEDADAMOM_ALGORITHMS.items():
             values = grid
             if choose:
-                c = fedadamom_choice(alpha, label)
+                c = fedadamom_choice(alpha if choose_from is None else choose_from, label)
                 if c is None:
                     continue
                 values = (c,)
@@ -291,6 +317,11 @@ def main() -> None:
     parser.add_argument("step", choices=["lr", "fedsum", "tune", "tuned", "fedadamom", "ablation", "diagnose",
                                          "report"])
     parser.add_argument("--dry-run", action="store_true", help="list the runs that are not finished yet")
+    parser.add_argument("--patterns", nargs="+", default=list(PATTERNS), choices=PATTERNS,
+                        help="'tuned': the patterns to run")
+    parser.add_argument("--alphas", type=float, nargs="+", default=list(ALPHAS), help="'fedadamom': Dirichlet alphas")
+    parser.add_argument("--choose-from", type=float, default=None,
+                        help="'fedadamom': skip the grids and use the values chosen at this alpha")
     args = parser.parse_args()
     import torch
 
@@ -311,13 +342,17 @@ def main() -> None:
         specs = fedsum_specs()
     elif args.step == "tune":
         specs = tune_specs()
-    elif args.step == "tuned":
-        specs = tuned_specs()
-    elif args.step == "fedadamom":
-        specs = fedadamom_specs()
         if not args.dry_run:
             run_all(specs)
-        specs = fedadamom_specs(seeds=SEEDS, choose=True)
+            specs = tune_specs()  # extended downwards where the best was the lowest value
+    elif args.step == "tuned":
+        specs = tuned_specs(tuple(args.patterns))
+    elif args.step == "fedadamom":
+        if args.choose_from is None:
+            specs = fedadamom_specs(alphas=args.alphas)
+            if not args.dry_run:
+                run_all(specs)
+        specs = fedadamom_specs(seeds=SEEDS, choose=True, alphas=args.alphas, choose_from=args.choose_from)
     else:
         specs = ablation_specs()
     if args.dry_run:
