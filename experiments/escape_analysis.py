@@ -11,6 +11,9 @@ Writes ``analysis.json`` next to the input and prints a markdown table. For each
   q = 1/2 for FedAdam (its preconditioned curvature scales with sqrt(k));
 * ``cold``: the prefactor-corrected fit over the colder half of the grid, k <= 2 (E(k) >= 3.5 for FedAvgM);
 * ``power_law``: the least-squares line L = a - c log k and its correlation (rate ~ k^c);
+* ``forms``: two-parameter fits L = a + b z(k) - q log k of the candidate laws (Kramers in 1/k with the
+  prefactor k, in 1/sqrt(k) with the prefactor sqrt(k), either without a prefactor, and the power law),
+  with b and the root-mean-square residual: which law describes the measured curve best;
 * for FedAvgM, the leading-order Kramers prediction L(k) = E(1)/k - log(3.43 lambda k) with
   lambda = eta eta_l K / (1 - beta), E(1) = target_exponent, with no fitted constant.
 """
@@ -52,6 +55,15 @@ def analyse(path: Path) -> dict:
         slope, intercept = np.polyfit(logk, ml[use], 1)
         res["power_law"] = {"c": float(-slope), "a": float(intercept),
                             "r": float(abs(np.corrcoef(logk, ml[use])[0, 1]))}
+        forms = {"1/k - log k": (1 / k, 1.0), "1/sqrt(k) - 0.5 log k": (1 / np.sqrt(k), 0.5),
+                 "1/k": (1 / k, 0.0), "1/sqrt(k)": (1 / np.sqrt(k), 0.0), "power law (log k)": (np.log(k), 0.0)}
+        res["forms"] = {}
+        for name, (z, q_form) in forms.items():
+            y = ml[use] + q_form * np.log(k[use])
+            design = np.stack([np.ones(use.sum()), z[use]], axis=1)
+            coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+            rms = float(np.sqrt(((design @ coef - y) ** 2).mean()))
+            res["forms"][name] = {"a": float(coef[0]), "b": float(coef[1]), "rms": rms}
         if o == "fedavgm":
             hp = run["hparams"][o]
             lam = hp["global_lr"] * cfg["local_lr"] * cfg["local_steps"] / (1 - hp["beta"])
@@ -79,6 +91,12 @@ def table(res: dict) -> str:
     lines.append("|---|---|---|")
     for o, r in res.items():
         lines.append(f"| {o} | {r['power_law']['c']:.2f} | {r['power_law']['r']:.4f} |")
+    names = list(next(iter(res.values()))["forms"])
+    lines += ["", "| optimizer | " + " | ".join(f"L = a + b·{n}: b, rms" for n in names) + " |",
+              "|---|" + "---|" * len(names)]
+    for o, r in res.items():
+        lines.append(f"| {o} | " + " | ".join(f"{r['forms'][n]['b']:.2f}, {r['forms'][n]['rms']:.3f}" for n in names)
+                     + " |")
     if "fedavgm" in res and "kramers" in res["fedavgm"]:
         kr = res["fedavgm"]["kramers"]
         lines.append("")
