@@ -152,6 +152,7 @@ def run_one(s: dict) -> str:
     from fedrun.errors import NumericalError
 
     summary.parent.mkdir(parents=True, exist_ok=True)
+    summary.with_suffix(".error.txt").unlink(missing_ok=True)
     try:
         result = fedrun.run(cfg, write_files=True)
     except NumericalError as exc:  # diverged: a finished run whose outcome is "diverged"

@@ -47,12 +47,16 @@ def collect(specs: list[dict], key=lambda s: (s["group"], s["label"])) -> dict:
 
 
 def ms(values, scale: float = 1.0, digits: int = 2) -> str:
+    """Mean ± std of the finite values; None marks a diverged run and is counted, not averaged."""
+    values = list(values)
+    bad = sum(1 for x in values if x is None)
     v = np.asarray([x for x in values if x is not None], dtype=float) * scale
+    note = f" ({bad}/{len(values)} diverged)" if bad else ""
     if len(v) == 0:
-        return "–"
+        return "diverged" if bad else "–"
     if len(v) == 1:
-        return f"{v[0]:.{digits}f}"
-    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
+        return f"{v[0]:.{digits}f}{note}"
+    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}{note}"
 
 
 def final(r: dict, key: str):
@@ -93,7 +97,9 @@ def fedsum_table(runs: dict, lr_of: dict[str, float]) -> tuple[str, dict]:
             acc = [final(r, "test_accuracy") for r in rs]
             loss = [final(r, "test_loss") for r in rs]
             obj = [final(r, "train_objective") for r in rs]
-            cells += [ms(acc, 100, 1), ms(loss, digits=3), ms(obj, digits=3)]
+            chance = sum(1 for a in acc if a is not None and a < 0.15)  # ended at chance level (10 classes)
+            cells += [ms(acc, 100, 1) + (f" [{chance} at chance]" if chance else ""), ms(loss, digits=3),
+                      ms(obj, digits=3)]
             data[f"{p}/{label}"] = {"seeds": sorted(runs.get((p, label), {})), "test_accuracy": acc,
                                     "test_loss": loss, "train_objective": obj}
         lines.append(f"| {label} | {lr_of[label]} | " + " | ".join(cells) + " |")
@@ -127,7 +133,8 @@ def paired(runs: dict, ours: list[str], others: list[str]) -> str:
 def communication(runs: dict, budget_label: str = "FedAvg") -> tuple[str, dict]:
     """Floats per active client per round, and test accuracy at FedAvg's 100-round budget of floats."""
     lines = ["| algorithm | up / down floats per active client per round (d = 21,840) | " +
-             " | ".join(f"{p.upper()} acc. (%) at FedAvg's budget" for p in PATTERNS) + " |",
+             " | ".join(f"{p.upper()} acc. (%) at FedAvg's budget (None: not reached or diverged)"
+                        for p in PATTERNS) + " |",
              "|---|---|" + "---|" * len(PATTERNS)]
     data: dict = {}
     for label in FEDSUM_ALGORITHMS:
@@ -138,12 +145,13 @@ def communication(runs: dict, budget_label: str = "FedAvg") -> tuple[str, dict]:
             base = runs.get((p, budget_label), {})
             vals = []
             for s, r in rs.items():
-                if s in base:
-                    vals.append(acc_at_budget(r, float(total_floats(base[s])[-1])))
-            cells.append(ms(vals, 100, 1) if any(v is not None for v in vals) else "not reached")
+                if s in base and base[s]["finite"]:
+                    vals.append(acc_at_budget(r, float(total_floats(base[s])[-1])) if r["finite"] else None)
+            cells.append(ms(vals, 100, 1))
             data[f"{p}/{label}"] = vals
-            if rs and per == "–":
-                r = next(iter(rs.values()))
+            finite = [r for r in rs.values() if r["finite"]]
+            if finite and per == "–":
+                r = finite[0]
                 active = np.asarray(r["active_clients"], float)
                 up = r["eval_cum_uplink"][-1] / active.sum() / 21840
                 down = r["eval_cum_downlink"][-1] / active.sum() / 21840
@@ -185,8 +193,12 @@ def plot_fedsum(runs: dict, path: Path, title: str) -> None:
         axes[2, j].set_yscale("log")
         for row in range(3):
             axes[row, j].grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colors(k % 10), ls="-" if label.startswith("FedSUM") else "--", label=label)
+               for k, label in enumerate(FEDSUM_ALGORITHMS)]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=70)
     plt.close(fig)
 
