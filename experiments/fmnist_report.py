@@ -403,7 +403,8 @@ def report() -> None:
 
 def diagnose() -> None:
     """Why FedSUM trails: (1) full participation for 50 rounds (no absent clients, so no h_i older than one
-    round) for FedSUM and FedAvg; (2) in the P1 run, the relative error of FedSUM's direction y/N
+    round) for FedSUM and FedAvg, and FedSUM at eta_0 = 0.06 and 0.1 (its server step eta_0 K = 0.3 and 0.5);
+    (2) in the P1 run, the relative error of FedSUM's direction y/N
     against the gradient of f at the same x, every 10 rounds."""
     import torch
     from fmnist import run_all
@@ -412,6 +413,11 @@ def diagnose() -> None:
                  [*FEDSUM_ALGORITHMS[label], "participation.pattern=full", f"local.lr={shared_lr()}",
                   "run.rounds=50"], 0)
             for label in ("FedAvg", "FedSUM")]
+    # the step-size test: FedSUM's one server step of eta_0 K along y/N at full participation, with eta_0
+    # lowered so that eta_0 K = 0.3 (FedAvg's local step) and in between
+    full += [spec("diagnose/full", f"FedSUM eta0={lr}", FEDSUM_BASE,
+                  [*FEDSUM_ALGORITHMS["FedSUM"], "participation.pattern=full", f"local.lr={lr}", "run.rounds=50"], 0)
+             for lr in (0.06, 0.1)]
     ckpt = [spec("diagnose/ckpt", label, FEDSUM_BASE,
                  [*FEDSUM_ALGORITHMS[label], "participation.pattern=p1", f"local.lr={shared_lr()}",
                   "checkpoint.every=10", "checkpoint.keep=20"], 0)
@@ -432,9 +438,11 @@ def diagnose() -> None:
 
 
 def direction_error(s: dict, run_dir: Path) -> list[dict]:
-    """For each checkpoint: ||d - grad f(x)|| / ||grad f(x)|| and cos(d, grad f(x)), with d = y/N (FedSUM)
-    or c (SCAFFOLD), grad f(x) = (1/N) sum_i grad f_i(x) on up to 500 examples per client (train mode,
-    dropout on, as the clients' gradients are taken), and the share of clients never seen (h_i = 0)."""
+    """For each checkpoint of a FedSUM run (round r, after its server step): the direction d = y/N that the
+    step x_post = x_pre - eta_g eta_l(r-1) K d used, the gradient of f at x_pre (recovered by inverting that
+    step) and at x_post, their cosines and relative errors, and f at both points. grad f = (1/N) sum_i
+    grad f_i on up to 500 examples per client (train mode, dropout on, as the clients' gradients are
+    taken); f in evaluation mode on the same examples."""
     import h5py
     import torch
     import torch.nn.functional as F
@@ -445,6 +453,7 @@ def direction_error(s: dict, run_dir: Path) -> list[dict]:
     from fedrun.data.partition import partition
     from fedrun.models import build_model
     from fedrun.training.flat_model import FlatModel
+    from fedrun.training.schedule import local_lr
 
     cfg_dict = yaml.safe_load((REPO / s["base"]).read_text())
     for item in s["overrides"]:
@@ -456,27 +465,38 @@ def direction_error(s: dict, run_dir: Path) -> list[dict]:
     picks = [np.sort(rng.choice(p, size=min(500, len(p)), replace=False)) for p in parts]
     torch.manual_seed(0)
     model = FlatModel(build_model(cfg.model.name, task.x_train.shape[1:], task.num_classes))
+    n, k_steps, eta_g = cfg.data.num_clients, cfg.local.steps, cfg.algorithm.hparams.global_lr
+
+    def grad_and_loss(x: torch.Tensor) -> tuple[torch.Tensor, float]:
+        grads, losses = [], []
+        for idx in picks:
+            inputs, targets = torch.as_tensor(task.x_train[idx]), torch.as_tensor(task.y_train[idx])
+            model.module.train()
+            xv = x.clone().requires_grad_(True)
+            (g,) = torch.autograd.grad(F.cross_entropy(model.forward(xv, inputs), targets), xv)
+            grads.append(g)
+            model.module.eval()
+            with torch.no_grad():
+                losses.append(float(F.cross_entropy(model.forward(x, inputs), targets)))
+        model.module.train()
+        return torch.stack(grads).mean(0), float(np.mean(losses))
+
+    def cos(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float(torch.dot(a, b) / (a.norm() * b.norm() + 1e-30))
+
     rows = []
     for path in sorted(run_dir.glob("ckpt_*.h5")):
         with h5py.File(path, "r") as f:
             rnd = int(f["meta/round"][()])
-            x = torch.as_tensor(f["server/x"][()], dtype=torch.float32)
-            if "server/y" in f:
-                d = torch.as_tensor(f["server/y"][()], dtype=torch.float32) / cfg.data.num_clients
-            else:
-                d = torch.as_tensor(f["server/c"][()], dtype=torch.float32)
-            seen = int((f["history/participations"][()] > 0).sum()) if "history/participations" in f else None
-        grads = []
-        for idx in picks:
-            xv = x.clone().requires_grad_(True)
-            loss = F.cross_entropy(model.forward(xv, torch.as_tensor(task.x_train[idx])),
-                                   torch.as_tensor(task.y_train[idx]))
-            (g,) = torch.autograd.grad(loss, xv)
-            grads.append(g)
-        g = torch.stack(grads).mean(0)
-        # FedSUM steps along -y/N; SCAFFOLD's c estimates the gradient too (c_i = mean raw gradient)
-        rel = float((d - g).norm() / g.norm())
-        cos = float(torch.dot(d, g) / (d.norm() * g.norm() + 1e-30))
-        rows.append({"round": rnd, "relative_error": rel, "cosine": cos, "grad_norm": float(g.norm()),
-                     "direction_norm": float(d.norm()), "clients_seen": seen})
+            x_post = torch.as_tensor(f["server/x"][()], dtype=torch.float32)
+            d = torch.as_tensor(f["server/y"][()], dtype=torch.float32) / n
+        step = eta_g * local_lr(cfg.local, rnd - 1) * k_steps
+        x_pre = x_post + step * d
+        g_pre, f_pre = grad_and_loss(x_pre)
+        g_post, f_post = grad_and_loss(x_post)
+        rows.append({"round": rnd, "step_size": step, "step_norm": float(step * d.norm()),
+                     "cos_pre": cos(d, g_pre), "relative_error_pre": float((d - g_pre).norm() / g_pre.norm()),
+                     "cos_post": cos(d, g_post), "cos_grad_pre_post": cos(g_pre, g_post),
+                     "f_pre": f_pre, "f_post": f_post, "grad_norm_pre": float(g_pre.norm()),
+                     "direction_norm": float(d.norm())})
     return rows
