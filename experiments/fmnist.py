@@ -57,16 +57,17 @@ FEDSUM_ALGORITHMS = {  # label -> algorithm overrides
 LR_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)  # eta_0
 
 FEDADAMOM_ALGORITHMS: dict[str, tuple[list[str], str, tuple[float, ...]]] = {
-    # label -> (fixed overrides, the key of its grid, the grid); the first grid value is not the default
+    # label -> (fixed overrides, the key of its grid, the grid); grids whose best value was at an edge
+    # were extended by one value (FedAvgM 1.0, the adaptive servers 0.03, FAFED 0.001)
     "FedAdamom": (["algorithm.name=fedadamom", "algorithm.beta2=0.05"], "algorithm.global_lr", (0.3, 1.0, 3.0)),
-    "FedAvgM": (["algorithm.name=fedavgm", "algorithm.beta=0.9"], "algorithm.global_lr", (0.03, 0.1, 0.3)),
-    "FedAdam": (["algorithm.name=fedadam"], "algorithm.global_lr", (0.001, 0.003, 0.01)),
-    "FedYogi": (["algorithm.name=fedyogi"], "algorithm.global_lr", (0.001, 0.003, 0.01)),
-    "FedAdagrad": (["algorithm.name=fedadagrad"], "algorithm.global_lr", (0.001, 0.003, 0.01)),
-    "FADAS": (["algorithm.name=fadas"], "algorithm.global_lr", (0.001, 0.003, 0.01)),
+    "FedAvgM": (["algorithm.name=fedavgm", "algorithm.beta=0.9"], "algorithm.global_lr", (0.03, 0.1, 0.3, 1.0)),
+    "FedAdam": (["algorithm.name=fedadam"], "algorithm.global_lr", (0.001, 0.003, 0.01, 0.03)),
+    "FedYogi": (["algorithm.name=fedyogi"], "algorithm.global_lr", (0.001, 0.003, 0.01, 0.03)),
+    "FedAdagrad": (["algorithm.name=fedadagrad"], "algorithm.global_lr", (0.001, 0.003, 0.01, 0.03)),
+    "FADAS": (["algorithm.name=fadas"], "algorithm.global_lr", (0.001, 0.003, 0.01, 0.03)),
     # client-side adaptive methods: plain averaging on the server, the grid is the client's lr
     "FedCAda": (["algorithm.name=fedcada"], "local.lr", (0.001, 0.003, 0.01)),
-    "FAFED": (["algorithm.name=fafed"], "local.lr", (0.003, 0.01, 0.03)),
+    "FAFED": (["algorithm.name=fafed"], "local.lr", (0.001, 0.003, 0.01, 0.03)),
 }
 ALPHAS = (0.1, 0.5)
 BETA2_GRID = (0.01, 0.05, 0.1, 0.3, 0.9)

@@ -106,6 +106,21 @@ def fedsum_table(runs: dict, lr_of: dict[str, float]) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", data
 
 
+def early_table(runs: dict) -> str:
+    """Test accuracy (%) at every evaluation, mean ± std over the seeds that did not diverge."""
+    rounds = next(r["eval_rounds"] for seeds in runs.values() for r in seeds.values() if r["finite"])
+    lines = ["| algorithm | " + " | ".join(f"{p.upper()} r{t}" for p in PATTERNS for t in rounds) + " |",
+             "|---|" + "---|" * (len(PATTERNS) * len(rounds))]
+    for label in FEDSUM_ALGORITHMS:
+        cells = []
+        for p in PATTERNS:
+            rs = [r for r in runs.get((p, label), {}).values() if r["finite"]]
+            for i in range(len(rounds)):
+                cells.append(ms([r["test_accuracy"][i] for r in rs], 100, 1) if rs else "–")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def paired(runs: dict, ours: list[str], others: list[str]) -> str:
     lines = ["| pattern | comparison | Δ test acc. (pp) | wins | Δ test loss | wins | Δ f(x) | wins |",
              "|---|---|---|---|---|---|---|---|"]
@@ -344,6 +359,7 @@ def report() -> None:
         text, data = fedsum_table(shared, dict.fromkeys(FEDSUM_ALGORITHMS, lr0))
         summary["fedsum_shared"] = data
         parts += [f"### FedSUM comparison, shared η0 = {lr0}, round 100, mean ± std over seeds\n", text]
+        parts += ["Test accuracy (%) at each evaluation (diverged runs left out)\n", early_table(shared)]
         parts += ["Seed-paired differences against the baselines\n", paired(shared, OURS, BASELINES)]
         parts += ["Within the FedSUM family\n", paired(shared, ["FedSUM-CR", "FedSUM-B"], ["FedSUM"])]
         text, data = communication(shared)
