@@ -14,6 +14,7 @@ import numpy as np
 from fmnist import (
     ALPHAS,
     BETA2_GRID,
+    CHOOSE_FROM,
     FEDADAMOM_ALGORITHMS,
     FEDSUM_ALGORITHMS,
     FEDSUM_BASE,
@@ -229,11 +230,20 @@ def _smooth(y, w: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------------- FedAdamom
 
 
+def final_fedadamom_specs() -> list[dict]:
+    return [s for alpha in ALPHAS
+            for s in fedadamom_specs(seeds=SEEDS, choose=True, alphas=(alpha,), choose_from=CHOOSE_FROM.get(alpha))]
+
+
 def fedadamom_tables() -> tuple[str, dict]:
     parts, data = [], {}
     grid = collect(fedadamom_specs(), key=lambda s: (s["group"], s["label"]))
     for alpha in ALPHAS:
         group = f"fedadamom/alpha{alpha}"
+        if alpha in CHOOSE_FROM:
+            parts.append(f"**Dirichlet {alpha}**: no grid; each algorithm runs at its value chosen at Dirichlet "
+                         f"{CHOOSE_FROM[alpha]}.\n")
+            continue
         parts.append(f"**Grids, Dirichlet {alpha}, seed 0** (f(x) and test accuracy at the last round; "
                      "chosen: lowest f(x))\n")
         parts.append("| algorithm | knob | values: f(x) / test acc. (%) | chosen |")
@@ -250,7 +260,7 @@ def fedadamom_tables() -> tuple[str, dict]:
                     cells.append(f"{v}: {r['train_objective']:.3f} / {100 * r['test_accuracy'][-1]:.1f}")
             parts.append(f"| {label} | {key} | " + "; ".join(cells) + f" | {fedadamom_choice(alpha, label)} |")
         parts.append("")
-    final_runs = collect(fedadamom_specs(seeds=SEEDS, choose=True), key=lambda s: (s["group"], s["label"]))
+    final_runs = collect(final_fedadamom_specs(), key=lambda s: (s["group"], s["label"]))
     for alpha in ALPHAS:
         group = f"fedadamom/alpha{alpha}"
         rows = []
@@ -302,7 +312,7 @@ def plot_fedadamom(path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    final_runs = collect(fedadamom_specs(seeds=SEEDS, choose=True), key=lambda s: (s["group"], s["label"]))
+    final_runs = collect(final_fedadamom_specs(), key=lambda s: (s["group"], s["label"]))
     if not final_runs:
         return
     fig, axes = plt.subplots(2, len(ALPHAS), figsize=(6 * len(ALPHAS), 8), squeeze=False)
