@@ -1,4 +1,4 @@
-"""Server optimizers on the mean client update (ALGORITHMS.md section 4.1 and 4.2).
+"""Server optimizers on the mean client update (FedOpt, Reddi et al. 2021; FedAvgM, Hsu et al. 2019).
 
 Clients run plain local SGD from x and upload Delta_i = x_i^(t,K) - x^(t); the server forms
 
@@ -6,8 +6,8 @@ Clients run plain local SGD from x and upload Delta_i = x_i^(t,K) - x^(t); the s
 
 and treats it as a pseudo-gradient (signed as movement):
 
-* FedAvgM (4.2, heavy ball without damping):  m <- beta m + Delta_t ;  x <- x + eta m
-* FedAdam / FedYogi / FedAdagrad (4.1, Reddi et al. 2021), one skeleton:
+* FedAvgM (heavy ball without damping):  m <- beta m + Delta_t ;  x <- x + eta m
+* FedAdam / FedYogi / FedAdagrad (Reddi et al. 2021), one skeleton:
 
       m <- beta1 m + (1 - beta1) Delta_t
       v <- rule(v, Delta_t^2)       Adam:    beta2 v + (1 - beta2) Delta_t^2
@@ -15,13 +15,16 @@ and treats it as a pseudo-gradient (signed as movement):
                                     Adagrad: v + Delta_t^2
       x <- x + eta m / (sqrt(v) + tau)
 
-Down 1 / up 1 vector. Empty S_t: nothing changes, no moment decay (RECONSTRUCTED convention of 4.1).
-Options: ``bias_correction`` (default false, Reddi/Flower; FADAS applies Adam's), ``v_init``
-(``tau_squared``: v_{-1} = tau^2 as in the paper, the spec's default; ``zero``: Flower/FedAdamom).
+Down 1 / up 1 vector. Empty S_t: nothing changes, no moment decay (fedrun's convention; the
+paper does not say).
+Options: ``bias_correction`` (default false, as in Reddi et al.; ``true``: Adam's 1/(1 - beta^n) on m and
+v, as FADAS applies it; FedAdam only, ``flower``: Flower's step-size form, see ``FedAdamHparams``),
+``v_init`` (``tau_squared``: v_{-1} = tau^2 as in the paper, the default; ``zero``: Flower/FedAdamom).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -94,7 +97,7 @@ class FedAvgMHparams:
 
 
 class FedAvgM(ServerOptimizer):
-    """Section 4.2: m <- beta m + Delta_t ; x <- x + eta m. beta = 0 is FedAvg with server lr eta."""
+    """m <- beta m + Delta_t ; x <- x + eta m. beta = 0 is FedAvg with server lr eta."""
 
     name = "fedavgm"
     Hparams = FedAvgMHparams
@@ -135,12 +138,24 @@ class EmaHparams(AdaptiveHparams):
 
 
 @dataclass
+class FedAdamHparams(EmaHparams):
+    """``bias_correction: flower`` reproduces Flower's FedAdam (flwr 1.42.0, ``FedAdam.aggregate_fit`` in
+    flwr/server/strategy/fedadam.py and ``aggregate_train`` in flwr/serverapp/strategy/fedadam.py): m and v
+    stay uncorrected and the step size becomes eta * sqrt(1 - beta2^(r+1)) / (1 - beta1^(r+1)) with Flower's
+    round number r = t + 1 (its first round is 1), tau outside the correction:
+    x <- x + eta_r m / (sqrt(v) + tau). With ``v_init: zero`` and ``weighting: data_size`` (Flower's
+    defaults) the whole update is Flower's. An empty round still advances r, as in Flower."""
+
+    bias_correction: bool | Literal["flower"] = False
+
+
+@dataclass
 class AdagradHparams(AdaptiveHparams):
     beta1: float = 0.0  # Flower fixes beta1 = 0 for FedAdagrad (no momentum)
 
 
 class AdaptiveServer(ServerOptimizer):
-    """The FedOpt skeleton of section 4.1; subclasses give the second-moment rule."""
+    """The FedOpt skeleton; subclasses give the second-moment rule."""
 
     ema: ClassVar[bool]  # v is an exponential average (bias correction of v applies)
 
@@ -156,8 +171,12 @@ class AdaptiveServer(ServerOptimizer):
         steps = server["steps"] + 1
         m = hp.beta1 * server["m"] + (1 - hp.beta1) * delta
         v = self.second_moment(server["v"], delta * delta)
+        if hp.bias_correction == "flower":  # Flower's FedAdam: a corrected step size, tau outside
+            r = ctx.round + 2  # Flower's exponent server_round + 1, its server_round counted from 1
+            eta = hp.global_lr * math.sqrt(1 - hp.beta2 ** r) / (1 - hp.beta1 ** r)
+            return {"x": server["x"] + eta * m / (v.sqrt() + hp.tau), "m": m, "v": v, "steps": steps}
         m_hat, v_hat = m, v
-        if hp.bias_correction:
+        if hp.bias_correction is True:
             if hp.beta1 > 0:
                 m_hat = m / (1 - hp.beta1 ** steps)
             if self.ema and hp.beta2 > 0:
@@ -168,7 +187,7 @@ class AdaptiveServer(ServerOptimizer):
 
 class FedAdam(AdaptiveServer):
     name = "fedadam"
-    Hparams = EmaHparams
+    Hparams = FedAdamHparams
     ema = True
 
     def second_moment(self, v: Tensor, sq: Tensor) -> Tensor:
