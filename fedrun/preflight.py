@@ -74,6 +74,8 @@ def model_data_mismatch(model_name: str, task: TaskData) -> str | None:
         model.eval()
         with torch.no_grad():
             out = model(example)
+    except ConfigError:  # the model itself is refused (an unknown name, a plugin that breaks its contract)
+        raise
     except Exception as exc:  # noqa: BLE001 - any failure to build or run it is the mismatch
         return f"{head} ({_first_line(exc)})"
     want = (1, task.num_classes) if task.task == "classification" else (1,)

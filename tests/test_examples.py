@@ -20,7 +20,10 @@ ROUNDS = 80
 
 @pytest.fixture
 def examples_on_path(monkeypatch):
+    """examples/ on the Python path of the child processes and, as for a user who submits a sweep with
+    PYTHONPATH set, of this process (the sweep validates every task before it queues)."""
     monkeypatch.setenv("PYTHONPATH", str(REPO / "examples"))
+    monkeypatch.syspath_prepend(str(REPO / "examples"))
 
 
 def train(run_dir: Path, resume: bool = False, every: int = 4) -> list[str]:

@@ -1,7 +1,7 @@
 """Readers for the standard on-disk dataset formats.
 
 Every reader returns plain numpy arrays (images as uint8 ``[n, C, H, W]`` or float32 already in
-[0, 1], labels as int64) and raises :class:`~fedrun.data.errors.DataError` with a one-line message
+[0, 1], labels as int64) and raises :class:`~fedrun.errors.DataError` with a one-line message
 naming the file and what was expected. Scaling, normalization and the choice of directories under
 ``data.root`` are left to :mod:`fedrun.data.sources`.
 
