@@ -71,8 +71,8 @@ def scaffold(a, b, trace, lrs, k, eta_g):
     return out
 
 
-def fadamgc(a, b, trace, lrs, k, eta_g, beta1=0.9, beta2=0.999, eps=1e-8, persist=False):
-    """FAdamGC (5): local AMSGrad on g + y - y_i, SCAFFOLD-style tracking of y."""
+def fadamgc(a, b, trace, lrs, k, eta_g, beta1=0.9, beta2=0.999, eps=1e-8, persist=False, correct=True):
+    """FAdamGC (5): local AMSGrad on g + y - y_i, SCAFFOLD-style tracking of y (``correct=False``: on g)."""
     n, d = a.shape[0], a.shape[2]
     x, y, yi = np.zeros(d), np.zeros(d), np.zeros((n, d))
     mom = np.zeros((3, n, d))  # m, v, vhat per client (used when persist)
@@ -85,7 +85,7 @@ def fadamgc(a, b, trace, lrs, k, eta_g, beta1=0.9, beta2=0.999, eps=1e-8, persis
             for _ in range(k):
                 g = _grad(a, b, i, xl)
                 gsum += g
-                gh = g + y - yi[i]
+                gh = g + y - yi[i] if correct else g
                 m = beta1 * m + (1 - beta1) * gh
                 v = beta2 * v + (1 - beta2) * gh**2
                 vh = np.maximum(vh, v)

@@ -32,6 +32,23 @@ def test_matches_reference_pseudocode(persist):
 
 
 @pytest.mark.parametrize("persist", [False, True])
+def test_without_correction_matches_local_amsgrad(persist):
+    """correction: false is local AMSGrad on the raw gradient, averaged by the server: the transcription
+    with ghat = g. Nothing is tracked: the client store holds only the persisted moments, one vector
+    travels each way."""
+    cfg = config("fadamgc", "local.steps=3", "local.lr=0.05", "local.lr_schedule=inv_sqrt", global_lr=0.9,
+                 persist_moments=persist, correction=False)
+    assert_matches_reference(cfg, bernoulli_trace(12, 0.5, seed=5), ref.fadamgc, persist=persist, correct=False)
+    fed = federation(cfg, bernoulli_trace(2, 0.5, seed=5))
+    assert set(fed.store.tensors) == ({"m", "v", "vhat"} if persist else set())
+    assert set(fed.server) == {"x"}
+    uniform = config("fadamgc", "run.rounds=2", "participation.pattern=uniform", "participation.clients_per_round=2",
+                     correction=False)
+    for entry in run_single(uniform).metrics:
+        assert entry["uplink_floats"] == 2 * 5 and entry["downlink_floats"] == 2 * 5
+
+
+@pytest.mark.parametrize("persist", [False, True])
 def test_tracking_invariant_every_round(persist):
     """V9: y = (1/N) sum_i y_i after every round (SCAFFOLD-style tracking, the default)."""
     trace = bernoulli_trace(20, 0.3, seed=3)

@@ -17,6 +17,9 @@ Choices fedrun makes where the paper is silent, each an option:
 * ``tracking`` (default ``scaffold``): y <- y + (1/N) sum_{S_t} (y_i_new - y_i), which keeps
   y = (1/N) sum_i y_i (docs/verification.md, V9); ``mean_active``: y <- mean_{S_t} y_i_new (the clients
   then upload y_i_new instead of the difference; identical under full participation).
+* ``correction`` (default true): false drops the correction, ghat = g: local AMSGrad from x_t averaged
+  by the server, the paper's "local Adam without correction" baseline. Nothing is tracked then (no y,
+  no y_i; down 1, up 1).
 
 Defaults beta1 = 0.9, beta2 = 0.999, eps = 1e-8, eta_g = 1 (standard Adam values; the paper gives none).
 An empty round leaves the server state unchanged.
@@ -81,6 +84,7 @@ class FAdamGCHparams:
     eps: float = 1e-8
     persist_moments: bool = False
     tracking: Literal["scaffold", "mean_active"] = "scaffold"
+    correction: bool = True  # false: ghat = g, the uncorrected local-Adam baseline
 
     def check(self) -> None:
         require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
@@ -94,33 +98,39 @@ class FAdamGC(Algorithm):
     Hparams = FAdamGCHparams
 
     def declare(self) -> Declaration:
-        client = (Vector("y_i"),) + (tuple(Vector(k) for k in MOMENTS) if self.hp.persist_moments else ())
+        moments = tuple(Vector(k) for k in MOMENTS) if self.hp.persist_moments else ()
+        if not self.hp.correction:
+            return Declaration(server=(Vector("x", "model"),), client=moments, down=("x",), up=(Vector("dx"),))
         second = Vector("dy") if self.hp.tracking == "scaffold" else Vector("y_new")
-        return Declaration(server=(Vector("x", "model"), Vector("y")), client=client, down=("x", "y"),
-                           up=(Vector("dx"), second))
+        return Declaration(server=(Vector("x", "model"), Vector("y")), client=(Vector("y_i"), *moments),
+                           down=("x", "y"), up=(Vector("dx"), second))
 
     def local_plan(self, down: dict[str, Tensor], state: dict[str, Tensor], clients: Clients,
                    ctx: RoundContext) -> LocalPlan:
         start = down["x"].expand(len(clients.ids), -1)
         moments = {k: state[k] for k in MOMENTS} if self.hp.persist_moments else None  # None: zeros
         adam = AMSGrad(self.hp.beta1, self.hp.beta2, self.hp.eps)
-        return LocalPlan(start=start, correction=down["y"] - state["y_i"], optimizer=adam,
-                         optimizer_state=moments)
+        correction = down["y"] - state["y_i"] if self.hp.correction else None
+        return LocalPlan(start=start, correction=correction, optimizer=adam, optimizer_state=moments)
 
     def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
                       clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        y_new = local.grad_mean
-        second = {"dy": y_new - state["y_i"]} if self.hp.tracking == "scaffold" else {"y_new": y_new}
-        new_state = {**state, "y_i": y_new}
+        up, new_state = {"dx": model_delta(local, down)}, dict(state)
+        if self.hp.correction:
+            y_new = local.grad_mean
+            up.update({"dy": y_new - state["y_i"]} if self.hp.tracking == "scaffold" else {"y_new": y_new})
+            new_state["y_i"] = y_new
         if self.hp.persist_moments:
             new_state.update({k: local.optimizer_state[k] for k in MOMENTS})
-        return {"dx": model_delta(local, down), **second}, new_state
+        return up, new_state
 
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
         if ctx.num_active == 0:
             return server
         x = server["x"] + self.hp.global_lr * up["dx"] / ctx.num_active
+        if not self.hp.correction:
+            return {**server, "x": x}
         if self.hp.tracking == "scaffold":
             y = server["y"] + up["dy"] / ctx.num_clients
         else:
