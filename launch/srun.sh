@@ -7,9 +7,10 @@
 # RANKS: -n, else one rank per GPU of the allocation (GPUs on node x nodes), else $SLURM_NTASKS, else 1.
 # Each rank gets --cpus-per-task of the allocation, cores bound to it (--cpu-bind=cores; FEDRUN_CPU_BIND
 # overrides, e.g. "none" where the task/affinity plugin is off), OMP_NUM_THREADS = its CPUs, and with GPUs
-# --gpus-per-task=1. MPI comes up through PMI (--mpi=pmi2 for MPICH, the PyPI mpich wheel; set
-# FEDRUN_MPI=pmix for Open MPI). fedrun reads SLURM_PROCID / SLURM_LOCALID / SLURM_NTASKS and MPI's own
-# variables; torch.distributed (NCCL on GPUs, gloo on CPUs) is bootstrapped from MPI.
+# --gpus-per-task=1. No MPI by default (--mpi=none): fedrun takes its ranks from SLURM_PROCID / SLURM_LOCALID /
+# SLURM_NTASKS and bootstraps torch.distributed (NCCL on GPUs, gloo on CPUs) from a store on the first node,
+# so no PMI handshake between the MPI library and Slurm can fail. FEDRUN_MPI=pmi2 (MPICH) or pmix (Open MPI)
+# starts the ranks through MPI instead (docs/clusters.md).
 # Exit status is fedrun's: 0 done, 75 stopped by SIGTERM/SIGUSR1 after a checkpoint (requeue), 1 error.
 #
 # Environment: FEDRUN_PYTHON (interpreter), FEDRUN_TRAIN (replaces "python -m fedrun train"),
@@ -34,7 +35,7 @@ fedrun_command
 # exit and returns 143, not 75 (seen on the two-node test cluster). A rank that fails ends the job through
 # fedrun itself (MPI_Abort, or its peers' lost gloo/NCCL connection); --wait=30 ends the ranks left 30 s after
 # the first one exited whatever the cause (a crash inside MPI, say).
-args=(srun "--ntasks=$RANKS" "--mpi=${FEDRUN_MPI:-pmi2}" --kill-on-bad-exit=0 --wait=30 "--cpu-bind=${FEDRUN_CPU_BIND:-cores}")
+args=(srun "--ntasks=$RANKS" "--mpi=${FEDRUN_MPI:-none}" --kill-on-bad-exit=0 --wait=30 "--cpu-bind=${FEDRUN_CPU_BIND:-cores}")
 # since Slurm 22.05 srun no longer inherits --cpus-per-task from the allocation: pass it on
 if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then args+=("--cpus-per-task=$SLURM_CPUS_PER_TASK"); fi
 if [ "$gpus" -gt 0 ]; then args+=(--gpus-per-task=1); fi

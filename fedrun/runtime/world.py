@@ -117,6 +117,16 @@ def _int_env(name: str) -> int | None:
         raise LaunchError(f"environment variable {name}={value!r}: expected an integer") from None
 
 
+# set for every rank by the MPI process managers fedrun meets: Slurm's pmi2 and pmix plugins, MPICH's
+# hydra (PMI_RANK), Open MPI's mpirun (OMPI_COMM_WORLD_SIZE)
+_MPI_LAUNCH_VARIABLES = ("PMI_RANK", "PMI_FD", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
+
+
+def _mpi_launched() -> bool:
+    """Whether an MPI process manager started this process (then its ranks are MPI's)."""
+    return any(os.environ.get(name) for name in _MPI_LAUNCH_VARIABLES)
+
+
 def _mpi_comm() -> Any:
     """COMM_WORLD of mpi4py, or None if mpi4py (or an MPI library) is not available."""
     try:
@@ -164,8 +174,11 @@ def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
     torchrun = torchrun_env()
     if torchrun is not None:  # before MPI: torchrun's workers are not MPI ranks (mpi4py is not imported)
         return _init_torchrun(torchrun, device, timeout_s)
-    comm = _mpi_comm()
     slurm_ntasks = _int_env("SLURM_NTASKS") if "SLURM_STEP_ID" in os.environ else None
+    # srun without an MPI plugin (launch/srun.sh's default): Slurm gives the ranks, and mpi4py is not
+    # imported, so no MPI library starts (an MPI singleton per task would only cost start-up time)
+    without_mpi = slurm_ntasks is not None and slurm_ntasks > 1 and not _mpi_launched()
+    comm = None if without_mpi else _mpi_comm()
     if comm is not None and comm.Get_size() > 1:
         launcher = "mpi"
         rank, size = comm.Get_rank(), comm.Get_size()
@@ -173,7 +186,7 @@ def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
         local_rank = local_comm.Get_rank()
         local_comm.Free()
     elif slurm_ntasks is not None and slurm_ntasks > 1:
-        # srun without an MPI plugin: every task is an MPI singleton; take the ranks from Slurm.
+        # srun without an MPI plugin (or an MPI that sees a singleton): take the ranks from Slurm.
         launcher = "slurm"
         comm = None
         rank = _int_env("SLURM_PROCID")

@@ -48,7 +48,7 @@ class Resources:
     array_parallelism: int = 64  # at most this many runs at once
     signal_delay_s: int = 90  # SIGUSR1 this long before the time limit: checkpoint, requeue
     max_requeues: int = 3  # requeues after timeouts (preemptions do not count)
-    mpi: str = "pmi2"  # srun --mpi=...: pmi2 for MPICH (PyPI wheel), pmix for Open MPI
+    mpi: str = "none"  # srun --mpi=...: none (ranks from Slurm, no MPI), pmi2 for MPICH, pmix for Open MPI
     nodes: int = 1
     extra: dict[str, Any] = field(default_factory=dict)  # more sbatch options, e.g. {account: abc}
 

@@ -1,8 +1,9 @@
 """Submit a sweep as one submitit job array; every element is one multi-rank fedrun run.
 
 How one run executes on Slurm: the array element's batch script (submitit, ``use_srun=False``) runs
-:class:`FedrunTask` once; it starts the ranks with ``srun --ntasks=R --mpi=pmi2 ...`` inside the
-allocation (``sbatch --ntasks=R``), so mpi4py sees R ranks, and waits for them.
+:class:`FedrunTask` once; it starts the ranks with ``srun --ntasks=R --mpi=none ...`` inside the
+allocation (``sbatch --ntasks=R``), so fedrun takes its R ranks from Slurm (``resources.mpi`` chooses
+an MPI plugin instead), and waits for them.
 
 Timeout and preemption: sbatch gets ``--signal=USR1@signal_delay_s``, so Slurm sends SIGUSR1 to the
 ranks' job step before the time limit; fedrun checkpoints and exits 75. FedrunTask sees 75 and raises
@@ -60,7 +61,7 @@ class FedrunTask(submitit.helpers.Checkpointable):
     """
 
     def __init__(self, program: list[str], config: str | None, run_dir: str, overrides: list[str],
-                 tasks: int = 1, cpus_per_task: int = 1, gpus_per_task: int = 0, mpi: str = "pmi2",
+                 tasks: int = 1, cpus_per_task: int = 1, gpus_per_task: int = 0, mpi: str = "none",
                  stop_timeout_s: float = 60.0, nodes: int = 1) -> None:
         self.program = list(program)
         self.config = config

@@ -1,7 +1,7 @@
 """Every rank writes what fedrun's World chose (launcher, hosts, bind address and interface, store) and,
 on rank 0, the local addresses the rendezvous store listens on (from /proc/net/tcp{,6}).
 
-usage: srun -N 2 -n 2 --mpi=pmi2 python tests/cluster/probe_world.py OUT_DIR   (or mpiexec, torchrun)
+usage: srun -N 2 -n 2 [--mpi=pmi2] python tests/cluster/probe_world.py OUT_DIR   (or mpiexec, torchrun)
 writes OUT_DIR/rank<R>.json
 """
 
@@ -30,7 +30,8 @@ def listening_addresses(port: int) -> list[str]:
 def main() -> None:
     world = init_world("cpu", 60)
     out = {"rank": world.rank, "size": world.size, "hostname": socket.gethostname(), "launcher": world.launcher,
-           "bind_address": world.bind_address, "ifname": world.ifname, "network": world.network}
+           "bind_address": world.bind_address, "ifname": world.ifname, "network": world.network,
+           "mpi4py_imported": "mpi4py.MPI" in sys.modules}
     if world.rank == 0 and world.store is not None and hasattr(world.store, "port"):
         out["listening"] = listening_addresses(world.store.port)
     Path(sys.argv[1], f"rank{world.rank}.json").write_text(json.dumps(out, indent=1))
