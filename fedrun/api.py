@@ -12,7 +12,16 @@ from typing import IO
 import torch.distributed as dist
 
 from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
-from fedrun.errors import DISK_ERRORS, RunFailure, exit_code, one_line, raised_on_every_rank, report, writing
+from fedrun.errors import (
+    DISK_ERRORS,
+    RunFailure,
+    exit_code,
+    one_line,
+    raised_on_every_rank,
+    report,
+    report_error,
+    writing,
+)
 from fedrun.federation.loop import RunResult, train
 from fedrun.metrics.log import standard
 from fedrun.runtime.signals import StopSignals
@@ -56,7 +65,11 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
             write_result(run_dir, result.metrics)
     except BaseException as exc:
         if raised_on_every_rank(exc) and owns_world:
-            # every rank raised it after the same broadcast: leave together; rank 0 reports it once
+            # every rank raised it after the same broadcast: rank 0 reports it once, then the ranks leave
+            # together; not after, since a launcher may kill rank 0 as soon as another rank exited non-zero
+            # (mpiexec, torchrun), and the line would be lost
+            if world.size > 1 and world.is_root:
+                report_error(exc)
             world.close()
         elif owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             # one rank failed: end the whole job now, naming the rank, rather than let peers hang

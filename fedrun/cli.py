@@ -12,7 +12,16 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from fedrun.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, ConfigError, RunFailure, exit_code, one_line, report
+from fedrun.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    EXIT_OK,
+    ConfigError,
+    RunFailure,
+    exit_code,
+    report,
+    report_error,
+)
 
 
 def _launcher_rank() -> int:
@@ -169,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         code = exit_code(exc)
         if _launcher_rank() == 0:
-            report(f"fedrun: error: {one_line(exc)}")
+            report_error(exc)
             if (code == EXIT_FAILURE and not isinstance(exc, RunFailure)) or os.environ.get("FEDRUN_DEBUG"):
                 traceback.print_exc()
         return code

@@ -98,6 +98,15 @@ def report(line: str) -> None:
         pass
 
 
+def report_error(exc: BaseException) -> None:
+    """fedrun's one line for ``exc`` (``fedrun: error: ...``), written once however many places try: an
+    error every rank raised is reported by rank 0 before the ranks leave together, and again nowhere."""
+    if getattr(exc, "reported", False):
+        return
+    report(f"fedrun: error: {one_line(exc)}")
+    exc.reported = True  # type: ignore[attr-defined]
+
+
 def exit_code(exc: BaseException) -> int:
     if isinstance(exc, RunInterrupted):
         return EXIT_REQUEUE

@@ -133,6 +133,7 @@ def test_streamed_rows_equal_the_full_array_and_reblock_on_read(tmp_path):
     rng = np.random.default_rng(2)
     n, d = 50, 33
     full = rng.standard_normal((n, d)).astype(np.float32)
+    (tmp_path / "a").mkdir()
     with CheckpointWriter(tmp_path / "a", 1, algorithm="fedavg", num_clients=n, dim=d) as w:
         w.create_rows("clients/h", n, d, np.float32, rows_per_chunk=8)
         start = 0
@@ -237,6 +238,7 @@ def test_every_problem_on_open_is_one_clear_line(tmp_path):
     with pytest.raises(CheckpointError) as e:
         CheckpointReader(other)
     assert_one_line(e.value, str(other), "not a fedrun checkpoint")
+    (tmp_path / "run").mkdir()
     path, _ = write_ckpt(tmp_path / "run", 1)
     with CheckpointReader(path) as r:
         with pytest.raises(CheckpointError) as e:
@@ -431,3 +433,13 @@ def test_dataset_crc_combined_from_chunk_crcs_equals_zlib():
     for _ in range(200):
         a, b = (rng.bytes(int(rng.integers(0, 5000))) for _ in range(2))
         assert _crc_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+def test_a_run_directory_that_is_gone_is_never_created_again(tmp_path):
+    """A run directory moved away mid-run (after snapshot's check, before the writer starts) must fail the
+    checkpoint, not come back empty at the old path where the run would go on writing."""
+    run_dir = tmp_path / "moved_away"
+    with pytest.raises(CheckpointError) as e:
+        CheckpointWriter(run_dir, 3, algorithm="fedavg", num_clients=N, dim=D)
+    assert_one_line(e.value, str(run_dir), "cannot write checkpoints into")
+    assert not run_dir.exists()

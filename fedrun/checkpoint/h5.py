@@ -14,6 +14,7 @@ verify just those rows. Nothing is ever pickled.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import zlib
@@ -216,7 +217,9 @@ class CheckpointWriter:
     ``round`` is the next round to run. Use as a context manager: on normal exit the file is
     closed, fsynced, renamed into place, the directory fsynced and old checkpoints pruned to
     ``keep`` (None: keep all); on an exception the temporary is deleted and nothing else changes.
-    Without ``with``, call :meth:`commit` or :meth:`abort`.
+    Without ``with``, call :meth:`commit` or :meth:`abort`. ``run_dir`` must exist: it is never created
+    here, so that a run directory moved or removed mid-run fails the checkpoint instead of coming back
+    empty at the old path (where the run would go on writing).
     """
 
     def __init__(
@@ -244,7 +247,8 @@ class CheckpointWriter:
         self._file: h5py.File | None = None
         self._done = False
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if not self.run_dir.is_dir():
+                raise FileNotFoundError(errno.ENOENT, "not an existing directory", str(self.run_dir))
             remove_stale_temporaries(self.run_dir)
         except OSError as e:
             raise CheckpointError(f"cannot write checkpoints into {self.run_dir}: {_one_line(e)}") from e
