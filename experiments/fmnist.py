@@ -8,6 +8,9 @@ against the adaptive server optimizers, with the FedSUM paper's MNIST CNN.
     python experiments/fmnist.py fedadamom   # server-lr grids (seed 0), then 3 seeds at the choices
     python experiments/fmnist.py ablation    # FedAdamom's beta2 (seed 0)
     python experiments/fmnist.py diagnose    # why FedSUM trails: its y against the true gradient
+    python experiments/fmnist.py cases       # FedSUM and FedAvg under Cases 1-4 and biased sampling x 3 seeds
+    python experiments/fmnist.py case2p      # FedSUM under Case 2 at five participation probabilities p
+    python experiments/fmnist.py fadamgc     # FAdamGC against local Adam without correction (lr grid, 3 seeds)
     python experiments/fmnist.py report      # tables and plots from the committed summaries only
 
 Every run is ``fedrun.run`` on a base config of configs/fmnist/ plus dotted overrides, one at a time in
@@ -69,6 +72,25 @@ FEDADAMOM_ALGORITHMS: dict[str, tuple[list[str], str, tuple[float, ...]]] = {
     "FedCAda": (["algorithm.name=fedcada"], "local.lr", (0.001, 0.003, 0.01)),
     "FAFED": (["algorithm.name=fafed"], "local.lr", (0.001, 0.003, 0.01, 0.03)),
 }
+# The participation cases of the FedSUM paper (S = 4 of N = 20 where S is used). Biased sampling is H.8's
+# profile, ten groups of clients from p = 0.50 down to 0.05 in steps of 0.05, compressed from N = 100 to
+# N = 20 (two clients per group): H.8's literal p_i at N = 20 would be 0.50 and 0.45 only, no bias.
+CASES = {
+    "Case 1": ["participation.pattern=uniform"],
+    "Case 2": ["participation.pattern=bernoulli"],  # p = S/N = 0.2
+    "Case 3": ["participation.pattern=cyclic"],
+    "Case 4": ["participation.pattern=reshuffled_cyclic"],
+    "Biased": ["participation.pattern=bernoulli", "participation.probability_file=configs/fmnist/biased_n20.csv"],
+}
+CASE_ALGORITHMS = ("FedSUM", "FedAvg")
+CASE2_PROBABILITIES = (0.05, 0.1, 0.2, 0.5, 0.8)
+# FAdamGC (P1, the FedSUM setup): its corrected local AMSGrad against the same without the correction;
+# FedAvg and SCAFFOLD at their own eta_0 come from the tuned FedSUM comparison
+FADAMGC_ALGORITHMS = {
+    "FAdamGC": ["algorithm.name=fadamgc"],
+    "Local Adam": ["algorithm.name=fadamgc", "algorithm.correction=false"],
+}
+ADAM_LR_GRID = (0.0003, 0.001, 0.003)
 ALPHAS = (0.1, 0.5)
 CHOOSE_FROM = {0.5: 0.1}  # Dirichlet 0.5 ran at the values chosen at 0.1 (no grid of its own: CPU budget)
 BETA2_GRID = (0.01, 0.05, 0.1, 0.3, 0.9)
@@ -173,7 +195,7 @@ def run_one(s: dict) -> str:
     out = {k: s[k] for k in ("group", "label", "seed", "base", "overrides")}
     out.update({
         "rounds": len(m),
-        "eval_rounds": [r["round"] + 1 for r in evals],
+        "eval_rounds": [r["round"] for r in evals],  # rounds count from 1
         "test_accuracy": [r["test_accuracy"] for r in evals],
         "test_loss": [r["test_loss"] for r in evals],
         "eval_cum_uplink": [r["cum_uplink_floats"] for r in evals],
@@ -281,6 +303,42 @@ def tuned_specs(patterns=PATTERNS) -> list[dict]:
     return out
 
 
+def own_lr(label: str) -> float:
+    lr = tuned_lrs()[label]
+    if lr is None:
+        raise SystemExit(f"{label}'s eta_0 is not chosen yet: run 'python experiments/fmnist.py tune' first")
+    return lr
+
+
+def case_specs() -> list[dict]:
+    """FedSUM and FedAvg, each at its own eta_0, under every case x seeds (group cases/<case>)."""
+    return [spec(f"cases/{case.replace(' ', '')}", label, FEDSUM_BASE,
+                 [*FEDSUM_ALGORITHMS[label], *ov, f"local.lr={own_lr(label)}"], seed)
+            for seed in SEEDS for case, ov in CASES.items() for label in CASE_ALGORITHMS]
+
+
+def case2p_specs() -> list[dict]:
+    """FedSUM at its own eta_0 under Case 2 with every client's p in CASE2_PROBABILITIES (group case2p)."""
+    return [spec("case2p", f"FedSUM p={p}", FEDSUM_BASE,
+                 [*FEDSUM_ALGORITHMS["FedSUM"], "participation.pattern=bernoulli", f"participation.probability={p}",
+                  f"local.lr={own_lr('FedSUM')}"], seed)
+            for seed in SEEDS for p in CASE2_PROBABILITIES]
+
+
+def fadamgc_specs(choose: bool = False) -> list[dict]:
+    """The local-lr grid on seed 0 (P1); with ``choose``, each variant at its best lr on every seed."""
+    out = []
+    for label, ov in FADAMGC_ALGORITHMS.items():
+        grid = {lr: spec("fadamgc", f"{label} lr={lr}", FEDSUM_BASE, [*ov, f"local.lr={lr}"], 0) for lr in ADAM_LR_GRID}
+        if not choose:
+            out += grid.values()
+            continue
+        lr = best({v: load(s) for v, s in grid.items()})
+        if lr is not None:
+            out += [spec("fadamgc", f"{label} lr={lr}", FEDSUM_BASE, [*ov, f"local.lr={lr}"], seed) for seed in SEEDS]
+    return out
+
+
 def fedadamom_specs(seeds=(0,), choose: bool = False, alphas=ALPHAS, choose_from: float | None = None) -> list[dict]:
     """The grids on seed 0; with ``choose``, each algorithm at its chosen value on ``seeds`` (chosen at the
     same alpha, or at ``choose_from`` when given)."""
@@ -318,7 +376,7 @@ def ablation_specs() -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("step", choices=["lr", "fedsum", "tune", "tuned", "fedadamom", "ablation", "diagnose",
-                                         "report"])
+                                         "cases", "case2p", "fadamgc", "report"])
     parser.add_argument("--dry-run", action="store_true", help="list the runs that are not finished yet")
     parser.add_argument("--patterns", nargs="+", default=list(PATTERNS), choices=PATTERNS,
                         help="'tuned': the patterns to run")
@@ -356,6 +414,15 @@ def main() -> None:
             if not args.dry_run:
                 run_all(specs)
         specs = fedadamom_specs(seeds=SEEDS, choose=True, alphas=args.alphas, choose_from=args.choose_from)
+    elif args.step == "cases":
+        specs = case_specs()
+    elif args.step == "case2p":
+        specs = case2p_specs()
+    elif args.step == "fadamgc":
+        specs = fadamgc_specs()
+        if not args.dry_run:
+            run_all(specs)
+        specs = fadamgc_specs(choose=True)
     else:
         specs = ablation_specs()
     if args.dry_run:

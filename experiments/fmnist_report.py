@@ -12,9 +12,14 @@ from pathlib import Path
 
 import numpy as np
 from fmnist import (
+    ADAM_LR_GRID,
     ALPHAS,
     BETA2_GRID,
+    CASE2_PROBABILITIES,
+    CASE_ALGORITHMS,
+    CASES,
     CHOOSE_FROM,
+    FADAMGC_ALGORITHMS,
     FEDADAMOM_ALGORITHMS,
     FEDSUM_ALGORITHMS,
     FEDSUM_BASE,
@@ -24,6 +29,9 @@ from fmnist import (
     REPO,
     SEEDS,
     ablation_specs,
+    case2p_specs,
+    case_specs,
+    fadamgc_specs,
     fedadamom_choice,
     fedadamom_specs,
     fedsum_specs,
@@ -344,6 +352,141 @@ def plot_fedadamom(path: Path) -> None:
     plt.close(fig)
 
 
+# ------------------------------------------------------------------ Cases 1-4, the sweep over p, FAdamGC
+
+
+def _row(rs: list[dict]) -> list[str]:
+    """Final test accuracy (%), test loss and f(x), mean ± std over ``rs``."""
+    return [ms([final(r, "test_accuracy") for r in rs], 100, 1), ms([final(r, "test_loss") for r in rs], digits=3),
+            ms([final(r, "train_objective") for r in rs], digits=3)]
+
+
+def _delta(a: dict, b: dict, key: str = "test_accuracy") -> str:
+    """Seed-paired mean difference a − b of the final ``key`` and the seeds on which a is better."""
+    d = [final(a[s], key) - final(b[s], key) for s in sorted(set(a) & set(b))
+         if final(a[s], key) is not None and final(b[s], key) is not None]
+    if not d:
+        return "–"
+    sign, scale = (1, 100) if key == "test_accuracy" else (-1, 1)
+    return f"{scale * np.mean(d):+.{1 if scale == 100 else 3}f}, {sum(sign * x > 0 for x in d)}/{len(d)}"
+
+
+def cases_tables() -> tuple[str, dict]:
+    """FedSUM against FedAvg under every participation case, and FedSUM under Case 2 at every p."""
+    parts, data = [], {}
+    runs = collect(case_specs(), key=lambda s: (s["group"].split("/")[1], s["label"]))
+    if runs:
+        ours, other = CASE_ALGORITHMS
+        parts.append(f"**{ours} and {other} under the participation cases** (each at its own η0, round 100, "
+                     "mean ± std over seeds)\n")
+        parts.append(f"| case | {ours} acc. (%) | {other} acc. (%) | Δ acc. (pp), wins | {ours} f(x) | {other} f(x) "
+                     "| Δ f(x), wins |")
+        parts.append("|---|---|---|---|---|---|---|")
+        for case in CASES:
+            key = case.replace(" ", "")
+            a, b = runs.get((key, ours), {}), runs.get((key, other), {})
+            if not a or not b:
+                continue
+            ra, rb = _row(list(a.values())), _row(list(b.values()))
+            parts.append(f"| {case} | {ra[0]} | {rb[0]} | {_delta(a, b)} | {ra[2]} | {rb[2]} | "
+                         f"{_delta(a, b, 'train_objective')} |")
+            data[case] = {label: {"test_accuracy": [final(r, "test_accuracy") for r in seeds.values()],
+                                  "train_objective": [final(r, "train_objective") for r in seeds.values()]}
+                          for label, seeds in ((ours, a), (other, b))}
+        parts.append("")
+    sweep = collect(case2p_specs(), key=lambda s: s["label"])
+    if sweep:
+        parts.append("**FedSUM under Case 2 at every client's p** (η0 = FedSUM's own, round 100, mean ± std over "
+                     "seeds)\n")
+        parts.append("| p | mean active clients per round | test acc. (%) | test loss | f(x) |")
+        parts.append("|---|---|---|---|---|")
+        for p in CASE2_PROBABILITIES:
+            rs = list(sweep.get(f"FedSUM p={p}", {}).values())
+            if rs:
+                active = np.mean([np.mean(r["active_clients"]) for r in rs])
+                parts.append(f"| {p} | {active:.1f} | " + " | ".join(_row(rs)) + " |")
+                data[f"case2/p{p}"] = {"test_accuracy": [final(r, "test_accuracy") for r in rs],
+                                       "train_objective": [final(r, "train_objective") for r in rs]}
+        parts.append("")
+    return "\n".join(parts), data
+
+
+def plot_cases(path: Path) -> None:
+    """Test accuracy against rounds: FedSUM and FedAvg under each case (left), FedSUM at each p (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = collect(case_specs(), key=lambda s: (s["group"].split("/")[1], s["label"]))
+    sweep = collect(case2p_specs(), key=lambda s: s["label"])
+    if not runs or not sweep:
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = plt.get_cmap("tab10")
+
+    def curve(ax, seeds: dict, label: str, color, style: str) -> None:
+        rs = [r for r in seeds.values() if r["finite"]]
+        if rs:
+            acc = np.stack([r["test_accuracy"] for r in rs]) * 100
+            ax.errorbar(rs[0]["eval_rounds"], acc.mean(0), yerr=acc.std(0, ddof=1) if len(rs) > 1 else None,
+                        fmt=style, color=color, label=label, marker="o", ms=3, capsize=2)
+
+    for k, case in enumerate(CASES):
+        for label, style in zip(CASE_ALGORITHMS, ("-", "--"), strict=True):
+            curve(left, runs.get((case.replace(" ", ""), label), {}), f"{label}, {case}", colors(k), style)
+    for k, p in enumerate(CASE2_PROBABILITIES):
+        curve(right, sweep.get(f"FedSUM p={p}", {}), f"p = {p}", colors(k), "-")
+    left.set_title("FedSUM (solid) and FedAvg (dashed) under the participation cases")
+    right.set_title("FedSUM under Case 2 at every client's p")
+    for ax in (left, right):
+        ax.set_xlabel("round")
+        ax.set_ylabel("test accuracy (%), mean ± 1 std over seeds")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=70)
+    plt.close(fig)
+
+
+def fadamgc_tables(tuned_runs: dict) -> tuple[str, dict]:
+    """FAdamGC against local Adam without the correction (each at its best lr) and FedAvg / SCAFFOLD at their
+    own η0, under P1."""
+    parts, data = [], {}
+    grid = collect(fadamgc_specs(), key=lambda s: s["label"])
+    if not grid:
+        return "", data
+    parts.append("**FAdamGC's local lr (P1, seed 0, round 100)**: f(x) / test acc. (%); chosen: lowest f(x)\n")
+    parts.append("| variant | " + " | ".join(f"lr = {lr}" for lr in ADAM_LR_GRID) + " |")
+    parts.append("|---|" + "---|" * len(ADAM_LR_GRID))
+    for label in FADAMGC_ALGORITHMS:
+        cells = []
+        for lr in ADAM_LR_GRID:
+            r = grid.get(f"{label} lr={lr}", {}).get(0)
+            cells.append("–" if r is None else "diverged" if not r["finite"] else
+                         f"{r['train_objective']:.3f} / {100 * r['test_accuracy'][-1]:.1f}")
+        parts.append(f"| {label} | " + " | ".join(cells) + " |")
+    parts.append("")
+    chosen = collect(fadamgc_specs(choose=True), key=lambda s: s["label"])
+    rows = dict(chosen)
+    lrs = tuned_lrs()
+    rows.update({f"{label} η0={lrs[label]}": tuned_runs.get(("p1", label), {}) for label in ("FedAvg", "SCAFFOLD")})
+    ours = next((seeds for label, seeds in rows.items() if label.startswith("FAdamGC")), {})
+    parts.append(f"**P1, seeds {', '.join(map(str, SEEDS))}, round 100**\n")
+    parts.append("| method | seeds | test acc. (%) | test loss | f(x) | Δ acc. FAdamGC − it (pp), wins |")
+    parts.append("|---|---|---|---|---|---|")
+    for label, seeds in rows.items():
+        if not seeds:
+            continue
+        rs = list(seeds.values())
+        dtxt = "–" if label.startswith("FAdamGC") else _delta(ours, seeds)
+        parts.append(f"| {label} | {len(rs)} | " + " | ".join(_row(rs)) + f" | {dtxt} |")
+        data[label] = {"test_accuracy": [final(r, "test_accuracy") for r in rs],
+                       "train_objective": [final(r, "train_objective") for r in rs]}
+    parts.append("")
+    return "\n".join(parts), data
+
+
 # ---------------------------------------------------------------------------------------------- report
 
 
@@ -410,6 +553,16 @@ def report() -> None:
         parts += ["### FedSUM comparison, each algorithm at its own η0, round 100, mean ± std over seeds\n", text]
         parts += ["Seed-paired differences against the baselines (tuned)\n", paired(tuned_runs, OURS, BASELINES)]
         plot_fedsum(tuned_runs, OUT / "fedsum_tuned.png", "each at its own η0")
+
+    text, data = cases_tables()
+    if data:
+        summary["cases"] = data
+        parts += ["### Participation cases 1-4, biased sampling, and Case 2 over p\n", text]
+        plot_cases(OUT / "cases.png")
+    text, data = fadamgc_tables(tuned_runs)
+    if data:
+        summary["fadamgc"] = data
+        parts += ["### FAdamGC against local Adam without correction\n", text]
 
     text, data = fedadamom_tables()
     if data:
