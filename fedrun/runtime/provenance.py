@@ -42,15 +42,10 @@ def _git(*args: str) -> str | None:
 
 
 def _mpi_library() -> str | None:
-    """The MPI library's version string; MPI is not started for it when the run does not use MPI
-    (torchrun, srun without an MPI plugin): MPI_Get_library_version may be called before MPI_Init."""
-    try:
-        import mpi4py
-
-        if "mpi4py.MPI" not in sys.modules:
-            mpi4py.rc.initialize = mpi4py.rc.finalize = False
-        from mpi4py import MPI
-    except ImportError:
+    """The version string of the MPI library this process started, None when the run does not use MPI
+    (torchrun, srun without an MPI plugin: mpi4py is never imported, and is not imported here either)."""
+    MPI = sys.modules.get("mpi4py.MPI")  # noqa: N806 - the module's own name
+    if MPI is None:
         return None
     return " ".join(MPI.Get_library_version().split()) or None
 
