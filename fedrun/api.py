@@ -25,7 +25,7 @@ from fedrun.errors import (
 from fedrun.federation.loop import RunResult, train
 from fedrun.metrics.log import standard
 from fedrun.runtime.signals import StopSignals
-from fedrun.runtime.world import World, init_world, lost_ranks
+from fedrun.runtime.world import World, claim_failure_report, failure_reported, init_world, lost_ranks
 
 
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),
@@ -72,14 +72,18 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
                 report_error(exc)
             world.close()
         elif owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
-            # one rank failed: end the whole job now, naming the rank, rather than let peers hang
-            message = one_line(exc)
+            # one rank failed: end the whole job now, naming the rank, rather than let peers hang. A rank
+            # failing on its own always says why; of the survivors that only lost contact, the first says
+            # which rank is gone and the others stay silent (one line for one failure)
+            message, lost = one_line(exc), []
             if _lost_peer(exc):
                 lost = lost_ranks(world)
                 message = (f"{'; '.join(lost)}; lost contact in a collective: {message}"
                            if lost else "lost contact with another rank (it died or failed; its message, if any, "
                            f"is above): {message}")
-            report(f"fedrun[rank {world.rank}]: error: {message}")
+            if claim_failure_report(world, lost) or not _lost_peer(exc):
+                report(f"fedrun[rank {world.rank}]: error: {message}")
+                failure_reported(world)
             world.abort(exit_code(exc))
         raise
     finally:

@@ -490,3 +490,34 @@ def lost_ranks(world: World) -> list[str]:
     if not found and len(others) == 1:
         found.append(f"rank {others[0][0]} on host {others[0][1]} died or stopped answering")
     return found
+
+
+# A failure is reported once: the first failing rank to claim the report in the rendezvous store writes its
+# line; a survivor that only lost contact (its peer's failure, or the job being torn down) and comes second
+# stays silent. The claim needs rank 0's store; without it (rank 0 is gone) the lowest rank not known to be
+# gone reports.
+_REPORT_KEY, _REPORTED_KEY = "fedrun/failure/claims", "fedrun/failure/reported"
+_CLAIM_TIMEOUT = datetime.timedelta(seconds=5)  # a stopped rank 0 freezes its store: do not wait on it
+
+
+def claim_failure_report(world: World, lost: list[str]) -> bool:
+    """Whether this rank writes the job's failure line (``lost``: the peers found gone, from
+    :func:`lost_ranks`). Only the first claimant does; the others wait briefly for its line to be written,
+    so that their own exit (which may end the whole job) does not cut it off."""
+    try:
+        world.store.set_timeout(_CLAIM_TIMEOUT)
+        if world.store.add(_REPORT_KEY, 1) == 1:
+            return True
+        world.store.wait([_REPORTED_KEY], _CLAIM_TIMEOUT)
+        return False
+    except Exception:  # noqa: BLE001 - the store went with rank 0 (or never answered): decide locally
+        gone = {int(line.split()[1]) for line in lost}
+        return world.rank == min(r for r in range(world.size) if r not in gone)
+
+
+def failure_reported(world: World) -> None:
+    """Tell the ranks waiting in :func:`claim_failure_report` that the line is written."""
+    try:
+        world.store.set(_REPORTED_KEY, "1")
+    except Exception:  # noqa: BLE001 - nobody left to tell
+        pass
