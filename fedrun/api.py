@@ -75,13 +75,15 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
             # one rank failed: end the whole job now, naming the rank, rather than let peers hang. A rank
             # failing on its own always says why; of the survivors that only lost contact, the first says
             # which rank is gone and the others stay silent (one line for one failure)
-            message, lost = one_line(exc), []
-            if _lost_peer(exc):
-                lost = lost_ranks(world)
+            message, lost_peer = one_line(exc), _lost_peer(exc)
+            lost = lost_ranks(world) if lost_peer else []
+            if lost_peer:
                 message = (f"{'; '.join(lost)}; lost contact in a collective: {message}"
                            if lost else "lost contact with another rank (it died or failed; its message, if any, "
                            f"is above): {message}")
-            if claim_failure_report(world, lost) or not _lost_peer(exc):
+            # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway
+            claimed = claim_failure_report(world, lost)
+            if claimed or not lost_peer:
                 report(f"fedrun[rank {world.rank}]: error: {message}")
                 failure_reported(world)
             world.abort(exit_code(exc))

@@ -248,7 +248,7 @@ class CheckpointWriter:
         self._done = False
         try:
             if not self.run_dir.is_dir():
-                raise FileNotFoundError(errno.ENOENT, "not an existing directory", str(self.run_dir))
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(self.run_dir))
             remove_stale_temporaries(self.run_dir)
         except OSError as e:
             raise CheckpointError(f"cannot write checkpoints into {self.run_dir}: {_one_line(e)}") from e

@@ -22,7 +22,6 @@ random stream: a resumed run is bit-identical to an uninterrupted one on the sam
 
 from __future__ import annotations
 
-import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -60,9 +59,6 @@ def save(setup: Setup, state: RunState) -> Path | None:
 
     if world.is_root:
         try:
-            if not setup.run_dir.is_dir():  # moved or removed mid-run: never re-create it somewhere else
-                raise FileNotFoundError(errno.ENOENT, "No such file or directory (the run directory)",
-                                        str(setup.run_dir))
             writer = CheckpointWriter(setup.run_dir, next_round, algorithm=cfg.algorithm.name,
                                       num_clients=setup.num_clients, dim=setup.dim, config=cfg.to_yaml(),
                                       keep=cfg.checkpoint.keep)

@@ -343,17 +343,17 @@ def cpu_kind() -> str:
     return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
 
 
-def expected_path(kind: str | None = None) -> Path:
+def expected_path() -> Path:
     """This CPU kind's record; a record named by the vendor alone (the first one, made where the capability
     was not noted) stands for every capability of that vendor that has no record of its own."""
-    kind = kind or cpu_kind()
+    kind = cpu_kind()
     exact = HERE / f"expected-{kind}.npz"
     vendor_only = HERE / f"expected-{kind.split('-')[0]}.npz"
     return vendor_only if not exact.is_file() and vendor_only.is_file() else exact
 
 
-def load_expected(path: Path | None = None) -> dict[str, np.ndarray]:
-    path = path or expected_path()
+def load_expected() -> dict[str, np.ndarray]:
+    path = expected_path()
     if not path.is_file():
         have = ", ".join(sorted(p.stem.removeprefix("expected-") for p in HERE.glob("expected-*.npz")))
         raise FileNotFoundError(f"no golden record for this kind of CPU ({cpu_kind()}; recorded: {have}): make "
