@@ -130,6 +130,17 @@ def early_table(runs: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired_difference(a: dict, b: dict, key: str) -> tuple[str, str]:
+    """Seed-paired mean difference a − b of the final ``key`` (accuracy in points) and the seeds on which a is
+    better (higher accuracy, lower loss or f(x)); ("–", "–") when no seed has both finite."""
+    d = [final(a[s], key) - final(b[s], key) for s in sorted(set(a) & set(b))
+         if final(a[s], key) is not None and final(b[s], key) is not None]
+    if not d:
+        return "–", "–"
+    sign, scale = (1, 100) if key == "test_accuracy" else (-1, 1)
+    return f"{scale * np.mean(d):+.{1 if scale == 100 else 3}f}", f"{sum(1 for x in d if sign * x > 0)}/{len(d)}"
+
+
 def paired(runs: dict, ours: list[str], others: list[str]) -> str:
     lines = ["| pattern | comparison | Δ test acc. (pp) | wins | Δ test loss | wins | Δ f(x) | wins |",
              "|---|---|---|---|---|---|---|---|"]
@@ -140,16 +151,8 @@ def paired(runs: dict, ours: list[str], others: list[str]) -> str:
                 common = sorted(set(ra) & set(rb))
                 if not common or a == b:
                     continue
-                cells = []
-                for key, sign in (("test_accuracy", 1), ("test_loss", -1), ("train_objective", -1)):
-                    d = [final(ra[s], key) - final(rb[s], key) for s in common
-                         if final(ra[s], key) is not None and final(rb[s], key) is not None]
-                    if not d:
-                        cells += ["–", "–"]
-                        continue
-                    scale = 100 if key == "test_accuracy" else 1
-                    cells += [f"{scale * np.mean(d):+.{1 if scale == 100 else 3}f}",
-                              f"{sum(1 for x in d if sign * x > 0)}/{len(d)}"]
+                cells = [cell for key in ("test_accuracy", "test_loss", "train_objective")
+                         for cell in paired_difference(ra, rb, key)]
                 lines.append(f"| {p.upper()} | {a} − {b} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -288,12 +291,7 @@ def fedadamom_tables() -> tuple[str, dict]:
         ours = next((seeds for (g, label), seeds in final_runs.items() if g == group and label.startswith("FedAdamom")),
                     {})
         for _, label, rs, acc in sorted(rows, key=lambda t: -t[0]):
-            seeds = final_runs[(group, label)]
-            common = sorted(set(seeds) & set(ours))
-            d = [final(ours[s], "test_accuracy") - final(seeds[s], "test_accuracy") for s in common
-                 if final(ours[s], "test_accuracy") is not None and final(seeds[s], "test_accuracy") is not None]
-            dtxt = "–" if label.startswith("FedAdamom") or not d else \
-                f"{100 * np.mean(d):+.1f}, {sum(x > 0 for x in d)}/{len(d)}"
+            dtxt = "–" if label.startswith("FedAdamom") else _delta(ours, final_runs[(group, label)])
             loss = ms([final(r, "test_loss") for r in rs], digits=3)
             parts.append(f"| {label} | {len(rs)} | {ms(acc, 100, 1)} | {loss} | "
                          f"{ms([final(r, 'train_objective') for r in rs], digits=3)} | {dtxt} |")
@@ -362,13 +360,9 @@ def _row(rs: list[dict]) -> list[str]:
 
 
 def _delta(a: dict, b: dict, key: str = "test_accuracy") -> str:
-    """Seed-paired mean difference a − b of the final ``key`` and the seeds on which a is better."""
-    d = [final(a[s], key) - final(b[s], key) for s in sorted(set(a) & set(b))
-         if final(a[s], key) is not None and final(b[s], key) is not None]
-    if not d:
-        return "–"
-    sign, scale = (1, 100) if key == "test_accuracy" else (-1, 1)
-    return f"{scale * np.mean(d):+.{1 if scale == 100 else 3}f}, {sum(sign * x > 0 for x in d)}/{len(d)}"
+    """``paired_difference`` as one cell, "mean, wins"."""
+    mean, wins = paired_difference(a, b, key)
+    return mean if wins == "–" else f"{mean}, {wins}"
 
 
 def cases_tables() -> tuple[str, dict]:
