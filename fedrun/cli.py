@@ -51,7 +51,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from fedrun.checkpoint import CheckpointError, CheckpointReader, describe_checkpoint
+    from fedrun.checkpoint import CheckpointReader, describe_checkpoint
+    from fedrun.errors import CheckpointError
     from fedrun.federation.snapshot import check_layout
 
     print(describe_checkpoint(args.checkpoint))
