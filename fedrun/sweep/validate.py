@@ -19,18 +19,10 @@ import re
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from fedrun.sweep.spec import RunSpec, SweepError
+from fedrun.sweep.spec import RunSpec
 
 if TYPE_CHECKING:
     from fedrun.sweep.spec import SweepSpec
-
-
-class SweepTaskError(SweepError):
-    """One or more tasks of a sweep are invalid; ``lines`` holds one line per bad task."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = lines
 
 
 _FIELD = re.compile(r"^([A-Za-z_][\w.]*)(?:\[\d+\])*\s*[:=]")
