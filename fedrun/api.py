@@ -11,9 +11,10 @@ from typing import IO
 
 import torch.distributed as dist
 
-from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
+from fedrun.config import Config, apply_override, config_from_dict, load_config
 from fedrun.errors import (
     DISK_ERRORS,
+    ConfigError,
     RunFailure,
     exit_code,
     one_line,

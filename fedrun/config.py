@@ -25,7 +25,7 @@ from fedrun.algorithms import get_algorithm
 from fedrun.errors import ConfigError, require
 from fedrun.plugins import digests
 
-__all__ = ["Config", "ConfigError", "apply_override", "build_dataclass", "config_from_dict", "load_config"]
+__all__ = ["Config", "apply_override", "build_dataclass", "config_from_dict", "load_config"]
 
 
 # --------------------------------------------------------------------------------------------- sections

@@ -221,7 +221,8 @@ def test_real_submission_validates_before_queueing(tmp_path, monkeypatch):
 
 
 def test_preflight_names_model_and_shapes():
-    from fedrun.config import ConfigError, load_config
+    from fedrun.config import load_config
+    from fedrun.errors import ConfigError
     from fedrun.preflight import check_model_fits_data
 
     check_model_fits_data(load_config(None, ["data.name=least_squares", "model.name=linear"]))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import run_ranks
 
-from fedrun.config import ConfigError, load_config
+from fedrun.config import load_config
+from fedrun.errors import ConfigError
 
 
 @pytest.mark.parametrize("override, field", [

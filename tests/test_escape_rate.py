@@ -10,7 +10,7 @@ import torch
 
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import RoundContext
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 from fedrun.experiments import escape_rate as er
 from fedrun.state.store import init_server
 

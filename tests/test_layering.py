@@ -1,5 +1,6 @@
 """The import graph of ``fedrun/`` has no cycle, function-level imports included, and the ground floor
-(``fedrun.errors``) imports nothing else of fedrun.
+(``fedrun.errors``) imports nothing else of fedrun. The ground floor owns every error type: no other module
+of fedrun defines one, and every module (tests, benchmarks and experiments too) imports them from there.
 
 Run ``python tests/test_layering.py`` to print every cycle (a strongly connected component of the
 graph) with one import that closes it.
@@ -98,6 +99,37 @@ def test_ground_floor_imports_nothing_of_fedrun():
     graph = import_graph()
     for name in GROUND_FLOOR:
         assert not graph[name], f"{name} imports {sorted(graph[name])}"
+
+
+def error_types() -> set[str]:
+    """The exception classes of the ground floor."""
+    import fedrun.errors
+
+    return {name for name, obj in vars(fedrun.errors).items()
+            if isinstance(obj, type) and issubclass(obj, BaseException)}
+
+
+def test_every_error_type_lives_in_the_ground_floor():
+    errors = error_types()
+    for path in PACKAGE.rglob("*.py"):
+        if path == PACKAGE / "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                assert not any(b in errors or b.endswith(("Error", "Exception")) for b in bases), (
+                    f"{path.relative_to(PACKAGE.parent)}: error type {node.name} belongs in fedrun/errors.py")
+
+
+def test_error_types_are_imported_from_the_ground_floor():
+    errors = error_types()
+    roots = [PACKAGE.parent / d for d in ("fedrun", "tests", "bench", "experiments", "examples")]
+    for path in (p for root in roots for p in root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedrun") and node.level == 0:
+                wrong = [a.name for a in node.names if a.name in errors and node.module != "fedrun.errors"]
+                assert not wrong, (f"{path.relative_to(PACKAGE.parent)}:{node.lineno} imports {', '.join(wrong)} "
+                                   f"from {node.module}; error types come from fedrun.errors")
 
 
 def test_the_checker_sees_a_function_level_cycle(tmp_path, monkeypatch):

@@ -30,8 +30,8 @@ _FIELD = re.compile(r"^([A-Za-z_][\w.]*)(?:\[\d+\])*\s*[:=]")
 
 def validate_runs(spec: SweepSpec, runs: list[RunSpec]) -> list[str]:
     """One line per invalid task of ``runs`` (in array order: index i is array element i), else []."""
-    from fedrun.config import ConfigError, apply_override, config_from_dict, load_config
-    from fedrun.errors import DataError
+    from fedrun.config import apply_override, config_from_dict, load_config
+    from fedrun.errors import ConfigError, DataError
     from fedrun.preflight import check_model_fits_data
 
     checked: dict[str, str | None] = {}  # model + data section -> problem (None: fits)
