@@ -6,7 +6,8 @@ names the field (``local.lr: expected a number > 0, got -1``).
 
 The ``algorithm`` section is open-ended: ``name`` selects an algorithm (a registered name or a plugin's
 ``package.module:Class``) and the remaining keys are validated against that algorithm's own ``Hparams``
-dataclass (see ``fedrun.algorithms``).
+dataclass (see ``fedrun.algorithms``). The algorithm is resolved only then, inside
+:func:`config_from_dict`: importing this module imports neither torch nor any algorithm.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any, Literal
 
 import yaml
 
-from fedrun.algorithms import get_algorithm
 from fedrun.errors import ConfigError, require
 from fedrun.plugins import digests
 
@@ -414,6 +414,8 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     name = algo_raw.pop("name", "fedavg")
     if not isinstance(name, str):
         raise ConfigError(f"algorithm.name: expected a string, got {name!r}")
+    from fedrun.algorithms import get_algorithm  # here, not at import: reading a config needs no torch
+
     try:
         algorithm = get_algorithm(name)
     except KeyError as exc:
