@@ -1,6 +1,6 @@
 """Escape rate from a sharp minimum: the FedAdamom paper's Styblinski-Tang experiment.
 
-    python -m fedrun.experiments.escape_rate --config experiments/escape_rate.yaml [--out DIR] [key=value ...]
+    python experiments/escape_rate.py --config experiments/escape_rate.yaml [--out DIR] [key=value ...]
 
 The paper reports -log(Gamma) = O(1/k) for FedAvgM and FedAdamom and O(1/sqrt(k)) for FedAdam, where
 Gamma is the rate of escape from a sharp minimum and k its sharpness. The paper does not publish its
