@@ -20,28 +20,14 @@ Contract of :class:`Participation`:
 ``participation.pattern`` may also be ``package.module:Class``, a :class:`Participation` subclass outside
 fedrun, built by its ``from_config(cfg, num_clients, seed, rounds)`` (docs/extending.md).
 
-``base`` holds the contract, ``patterns`` the built-in patterns, ``traces`` the per-client files they read
-and ``registry`` the pattern names and :func:`make_participation`.
+``base`` holds the contract, ``patterns`` the built-in patterns (their classes are imported from there),
+``traces`` the per-client files they read and ``registry`` the pattern names and :func:`make_participation`.
 """
 
-from fedrun.federation.participation.base import STREAM, STREAM_FIXED_PERMUTATION, Participation, round_rng
-from fedrun.federation.participation.patterns import (
-    BIASED_FLOOR,
-    Bernoulli,
-    Cyclic,
-    Full,
-    Markov,
-    ReshuffledCyclic,
-    Sine,
-    Trace,
-    Uniform,
-    biased_probabilities,
-)
+from fedrun.federation.participation.base import STREAM, Participation, round_rng
+from fedrun.federation.participation.patterns import BIASED_FLOOR, Trace, biased_probabilities
 from fedrun.federation.participation.registry import PATTERNS, make_participation
-from fedrun.federation.participation.traces import load_client_vector, load_trace
+from fedrun.federation.participation.traces import load_trace
 
-__all__ = [
-    "BIASED_FLOOR", "PATTERNS", "STREAM", "STREAM_FIXED_PERMUTATION", "Bernoulli", "Cyclic", "Full", "Markov",
-    "Participation", "ReshuffledCyclic", "Sine", "Trace", "Uniform", "biased_probabilities", "load_client_vector",
-    "load_trace", "make_participation", "round_rng",
-]
+__all__ = ["BIASED_FLOOR", "PATTERNS", "STREAM", "Participation", "Trace", "biased_probabilities", "load_trace",
+           "make_participation", "round_rng"]
