@@ -26,7 +26,7 @@ from fedrun.errors import (
 
 def _launcher_rank() -> int:
     """This process's rank from the launcher's environment, readable before MPI is initialised."""
-    if os.environ.get("RANK", "").isdigit() and os.environ.get("WORLD_SIZE"):  # torchrun (fedrun.runtime.world)
+    if os.environ.get("RANK", "").isdigit() and os.environ.get("WORLD_SIZE"):  # torchrun (fedrun.runtime.launcher)
         return int(os.environ["RANK"])
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
         value = os.environ.get(var, "")
