@@ -26,4 +26,5 @@ def error_line(e: BaseException) -> str:
 
 
 def is_string(ds: h5py.Dataset) -> bool:
+    """Whether ``ds`` holds a UTF-8 string (its CRC is over the string's UTF-8 bytes)."""
     return h5py.check_string_dtype(ds.dtype) is not None and ds.dtype.kind == "O"

@@ -14,6 +14,7 @@ from fedrun.errors import LaunchError
 
 
 def int_env(name: str) -> int | None:
+    """The integer in environment variable ``name``; None when unset or empty."""
     value = os.environ.get(name)
     if value is None or value == "":
         return None
@@ -66,12 +67,14 @@ def torchrun_env() -> dict[str, Any] | None:
 
 
 def split_type_shared() -> int:
+    """MPI's split type of the ranks that share a node (their order gives the local rank)."""
     from mpi4py import MPI
 
     return MPI.COMM_TYPE_SHARED
 
 
 def first_slurm_host() -> str:
+    """The first node of the Slurm step (where rank 0 runs), or loopback on one node."""
     nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or ""
     if not nodes or os.environ.get("SLURM_NNODES", "1") == "1":
         return "127.0.0.1"
@@ -82,5 +85,6 @@ def first_slurm_host() -> str:
 
 
 def slurm_port() -> int:
+    """The store's port without MPI: derived from the Slurm job and step ids, the same on every rank."""
     key = f"{os.environ.get('SLURM_JOB_ID', '0')}.{os.environ.get('SLURM_STEP_ID', '0')}"
     return 20000 + zlib.crc32(key.encode()) % 30000

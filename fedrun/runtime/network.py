@@ -60,6 +60,7 @@ def _route_source(host: str) -> str | None:
 
 
 def resolves_to(host: str, address: str) -> bool:
+    """Whether the name ``host`` resolves to the local ``address`` (among all its addresses)."""
     try:
         return address in socket.gethostbyname_ex(host)[2]
     except OSError:
@@ -92,6 +93,7 @@ def ifname_of(address: str) -> str | None:
 
 
 def is_loopback_name(host: str) -> bool:
+    """Whether ``host`` resolves to a loopback address (every rank then shares one host)."""
     try:
         return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
     except (OSError, ValueError):
@@ -99,4 +101,5 @@ def is_loopback_name(host: str) -> bool:
 
 
 def loopback() -> str:
+    """The address single-host jobs bind to."""
     return "127.0.0.1"
