@@ -155,7 +155,7 @@ class Exchange:
             train_loss = totals.loss / kept if kept else float("nan")
             server, stop = guarded_rule(server_rule, server, totals, dataclasses.replace(ctx, num_active=kept),
                                         self.skip_nonfinite)
-            down = self.publish(server, stop, totals.nonfinite, totals.bad_client)
+            down = self.publish(server, stop, float(totals.nonfinite), float(totals.bad_client))
         else:
             down = self.publish(server)
         raise_nonfinite(label, down, self.skip_nonfinite)

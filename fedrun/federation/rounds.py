@@ -57,24 +57,13 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
         up, loss, new_state = train_clients(setup, state, rows, start, down, t, train_ctx, fresh)
         schedule.hold(state.clients, rows_index(setup, rows), {**up, "loss": loss})
         trained.append((rows, new_state))
-    # 4. this rank's consumed uploads, released by the schedule and summed
+    # 4. this rank's consumed uploads, released by the schedule and summed; the trained clients' new state
     skip = cfg.run.skip_nonfinite_clients
     consumed = placement.local_rows(step.consume)
-    uplink, kept = Uplink(stop_requested=stop_requested), np.ones(len(consumed), dtype=bool)
-    if len(consumed):
-        up = schedule.release(state.clients, rows_index(setup, consumed))
-        loss = up.pop("loss")
-        sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip, setup.exchange.gathered)
-        bad = consumed[~kept] + placement.first
-        uplink = Uplink(sums, loss_sum, slots=np.searchsorted(step.consume, consumed + placement.first),
-                        nonfinite=len(bad), bad_client=int(bad.min()) if len(bad) else -1,
-                        stop_requested=stop_requested)
+    uplink, kept = consume(setup, state, step, consumed, stop_requested)
     bad = consumed[~kept]
-    for rows, new_state in trained:  # a dropped client's state stays as it was before the round
-        keep = ~np.isin(rows, bad)
-        if not keep.all():
-            new_state = {name: value[torch.as_tensor(keep, device=value.device)] for name, value in new_state.items()}
-        state.clients.scatter(rows_index(setup, rows[keep]), new_state)
+    for rows, new_state in trained:
+        store_state(setup, state, rows, new_state, bad)
     # 5. one reduce, the server rule on rank 0, one broadcast
     label = f"{schedule.step_name} {t + 1}"  # user-visible numbers count from 1
     outcome = setup.exchange.step(label, ctx, uplink, state.server, setup.algorithm.server_update)
@@ -117,6 +106,34 @@ def context(setup: Setup, t: int, lr: float, num_active: int, staleness: np.ndar
                         local_steps=cfg.local.steps, dim=setup.dim, total_examples=setup.total_examples,
                         total_rounds=cfg.run.rounds, staleness=tau,
                         max_staleness=int(staleness.max()) if staleness is not None and len(staleness) else 0)
+
+
+def consume(setup: Setup, state: RunState, step: Step, consumed: np.ndarray, stop_requested: bool,
+            ) -> tuple[Uplink, np.ndarray]:
+    """This rank's part of the step's reduce: the uploads of its consumed clients (block rows ``consumed``),
+    released by the schedule and summed (without the non-finite ones under ``run.skip_nonfinite_clients``),
+    and a bool mask of the clients whose upload was finite."""
+    first = setup.placement.first
+    if not len(consumed):
+        return Uplink(stop_requested=stop_requested), np.ones(0, dtype=bool)
+    up = state.schedule.release(state.clients, rows_index(setup, consumed))
+    loss = up.pop("loss")
+    sums, loss_sum, kept = sum_uploads(up, loss, consumed, setup.cfg.run.skip_nonfinite_clients,
+                                       setup.exchange.gathered)
+    bad = consumed[~kept] + first
+    slots = np.searchsorted(step.consume, consumed + first)  # rows of gathered uploads, client-id order
+    return Uplink(sums, loss_sum, slots, nonfinite=len(bad), bad_client=int(bad.min()) if len(bad) else -1,
+                  stop_requested=stop_requested), kept
+
+
+def store_state(setup: Setup, state: RunState, rows: np.ndarray, new_state: dict[str, Tensor],
+                dropped: np.ndarray) -> None:
+    """Store the new client state of the trained block rows ``rows``, except for the ``dropped`` rows (a
+    client dropped for a non-finite upload keeps its state from before the round)."""
+    keep = ~np.isin(rows, dropped)
+    if not keep.all():
+        new_state = {name: value[torch.as_tensor(keep, device=value.device)] for name, value in new_state.items()}
+    state.clients.scatter(rows_index(setup, rows[keep]), new_state)
 
 
 def rows_index(setup: Setup, rows: np.ndarray) -> Tensor:
