@@ -63,7 +63,8 @@ class Step:
 
 class Schedule(Protocol):
     """The interface the round engine and the checkpoint use. The replicated state (``state_dict``) is
-    numpy arrays (and tensors); held uploads (``hold``/``release``) live in this rank's client rows.
+    numpy arrays (and tensors), the same on every rank; held uploads (``hold``/``release``) are this rank's
+    own, in memory within a step or in its client rows (``held_entries``) across steps.
 
     Uploads are dicts ``{entry name: [C, ...]}`` with the training losses under ``"loss"``."""
 
