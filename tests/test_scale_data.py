@@ -13,6 +13,7 @@ from scipy import stats
 from fedrun.cli import main
 from fedrun.config import DataConfig
 from fedrun.data.client_source import sample_clients
+from fedrun.data.sizes import check_memory, planned_bytes
 from fedrun.data.synthetic_fedprox import SyntheticFedprox
 from fedrun.federation.client_eval import EVAL_STREAM
 
@@ -175,3 +176,12 @@ def test_bad_federated_h5_files_get_one_line_naming_file_client_and_field(tmp_pa
         assert str(case_dir / name) in lines[0] and f"client {client!r}" in lines[0] and field in lines[0], lines
         written = [p.name for p in run_dir.iterdir() if p.name != ".lock"] if run_dir.exists() else []
         assert not written, (case, written)
+
+
+def test_the_memory_check_counts_an_on_demand_dataset_by_what_it_holds_not_n():
+    """A million synthetic_fedprox clients plan tens of MB (sizes, a bounded test set); a million
+    in-memory synthetic clients of 50 examples plan hundreds of GB and are refused."""
+    on_demand = sum(size for _, size in planned_bytes(DataConfig(name="synthetic_fedprox", num_clients=10**6)))
+    resident = sum(size for _, size in planned_bytes(DataConfig(name="synthetic", num_clients=10**6)))
+    assert on_demand < 100 * 2**20 < 100 * 2**30 < resident
+    check_memory(DataConfig(name="synthetic_fedprox", num_clients=10**6), available=2**30)
