@@ -48,6 +48,9 @@ def load_task(cfg: DataConfig, seed: int) -> TaskData:
                               f"{len(task.y_train)}, x_test {m}, y_test {len(task.y_test)}, groups "
                               f"{None if task.groups is None else len(task.groups)}; expected one row per example")
         return task
+    if cfg.name in ON_DEMAND:
+        raise DataError(f"data.name={cfg.name}: is read per client on demand (docs/scale.md), never held whole; "
+                        "expected a dataset held in memory here")
     if cfg.name in BUILTIN:
         return BUILTIN[cfg.name](cfg, seed)
     if cfg.name in DATASETS:

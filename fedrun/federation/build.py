@@ -2,12 +2,12 @@
 :class:`RunState`, which the rounds advance and a checkpoint saves.
 
 Construction, in order (the order fixes the random streams, so it is part of the behaviour): the data
-and its partition into N clients, the client blocks of the ranks, the algorithm's declaration, the
-placement and this rank's client data, the model and x^(0) (``torch.manual_seed(run.seed)`` first),
-the test shard, the schedule, the client store (with the rows the schedule holds uploads in) and the
-server state, the flat layouts and the first downlink broadcast, and the local-training strategy. With
-``data.client_test_fraction`` > 0 every client's test examples are split off its partition first (its
-training examples are the rest).
+and its partition into N clients (an on-demand dataset comes as N clients, docs/scale.md), the client
+blocks of the ranks, the algorithm's declaration, the placement and this rank's client data, the model
+and x^(0) (``torch.manual_seed(run.seed)`` first), the test shard, the schedule, the client store (with
+the rows the schedule holds uploads in) and the server state, the flat layouts and the first downlink
+broadcast, and the local-training strategy. With ``data.client_test_fraction`` > 0 every client's test
+examples are split off its partition first (its training examples are the rest).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Setup:
     exchange: Exchange
     strategy_timings: dict[str, float]
     corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
-    client_eval: ClientEval | None = None  # per-client evaluation (data.client_test_fraction > 0)
+    client_eval: ClientEval | None = None  # per-client evaluation (per-client test data: docs/evaluation.md)
 
 
 @dataclass
