@@ -50,16 +50,31 @@ class FederatedH5(ClientSource):
 
     def __init__(self, cfg: DataConfig, seed: int) -> None:
         self.cfg = cfg.federated_h5
-        self.train, self.test = _open(self.cfg.train, "train"), _open(self.cfg.test, "test")
+        self.train, self.test = _open(self.cfg.train, "train"), None
+        try:
+            self.test = _open(self.cfg.test, "test")
+            self._start(cfg.num_clients, seed)
+        except DataError:
+            self.close()
+            raise
+
+    def _start(self, num_clients: int, seed: int) -> None:
+        """The client ids, every client checked and counted, and the pooled test set."""
         self.ids = sorted(self.train["examples"].keys())
-        if len(self.ids) != cfg.num_clients:
-            raise DataError(f"data.num_clients={cfg.num_clients}: {self.cfg.train} has {len(self.ids)} clients; "
+        if len(self.ids) != num_clients:
+            raise DataError(f"data.num_clients={num_clients}: {self.cfg.train} has {len(self.ids)} clients; "
                             f"expected data.num_clients={len(self.ids)}")
         self.num_examples, top = self._check(self.train, self.cfg.train)
         self.test_examples, top_test = self._check(self.test, self.cfg.test)
         x_probe, y_probe = self.load(np.zeros(1, dtype=np.int64))
         x_test, y_test = self.load_test(sample_clients(len(self.ids), self.cfg.test_clients, seed, POOL_STREAM))
         self.task = TaskData("federated_h5", x_probe, y_probe, x_test, y_test, max(top, top_test) + 1)
+
+    def close(self) -> None:
+        """Close the files (a bad file's run closes them before it stops)."""
+        for f in (self.train, self.test):
+            if f is not None:
+                f.close()
 
     def _check(self, f: h5py.File, path: str) -> tuple[np.ndarray, int]:
         """Every client's examples in file ``f``: (their counts, the largest label); one line naming the file,
