@@ -46,8 +46,8 @@ class ClientBlock:
         self.num_clients = stop - first
         self.num_examples = source.num_examples[first:stop]
         self.input_shape = source.task.input_shape
-        self.offsets = np.concatenate([[0], np.cumsum(self.num_examples)]).astype(np.int64)
-        if source.resident:
+        if source.resident:  # client j of the block: rows offsets[j]:offsets[j+1] of x, y
+            self.offsets = np.concatenate([[0], np.cumsum(self.num_examples)]).astype(np.int64)
             self.x, self.y = self._to_device(*source.load(np.arange(first, stop)))
 
     def _to_device(self, x_host: np.ndarray, y_host: np.ndarray) -> tuple[Tensor, Tensor]:
