@@ -96,7 +96,18 @@ def cmd_data(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fedrun.compare import compare_runs
+
+    lines, identical = compare_runs(Path(args.run_a), Path(args.run_b))
+    print("\n".join(lines))
+    return EXIT_OK if identical else EXIT_FAILURE
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "compare": cmd_compare,
     "train": cmd_train,
     "participation": cmd_participation,
     "data": cmd_data,
@@ -138,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. data.partition=shards")
     p = sub.add_parser("inspect", help="describe a checkpoint file and verify its checksums")
     p.add_argument("checkpoint", help="a ckpt_*.h5 file")
+    p = sub.add_parser("compare", help="where two runs part: the first differing round and entries, the configs' "
+                                       "differences (exit 0: identical, 1: they differ)")
+    p.add_argument("run_a", help="a run directory")
+    p.add_argument("run_b", help="another run directory")
     return parser
 
 

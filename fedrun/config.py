@@ -143,7 +143,8 @@ class LocalConfig:
     weight_decay: float = 0.0
     grad_clip: float = 0.0  # clip each raw gradient to this L2 norm; 0 disables
     momentum: float = 0.0  # local heavy-ball momentum, reset every round
-    strategy: Literal["auto", "sequential", "channels_last", "vmap"] = "auto"
+    # auto: the neighbour-independent strategy of the model (same bits on any number of ranks); fastest: timed
+    strategy: Literal["auto", "fastest", "sequential", "channels_last", "vmap"] = "auto"
     shuffle: bool = True  # False: every epoch visits a client's examples in stored order (benchmarks)
 
     def check(self) -> None:

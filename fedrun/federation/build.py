@@ -42,7 +42,7 @@ from fedrun.runtime.world import World
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn, loss_for
-from fedrun.training.strategy import applicable_strategies, check_strategy, time_strategies
+from fedrun.training.strategy import applicable_strategies, check_strategy, reproducible_strategy, time_strategies
 
 PENDING = "_pending_"  # per-client rows of parked uploads: PENDING + upload entry name, and PENDING + "loss"
 
@@ -68,8 +68,9 @@ class Setup:
     dim: int  # d
     loss_fn: LossFn
     classification: bool
-    test_x: Tensor  # this rank's shard of the test set
+    test_x: Tensor  # this rank's shard of the test set: whole batches of eval.batch_size
     test_y: Tensor
+    num_test: int  # examples in the whole test set
     exchange: Exchange
     strategy_timings: dict[str, float]
     corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
@@ -139,7 +140,11 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     ls_x0 = least_squares_x0(cfg.data)
     if ls_x0 is not None:
         x0 = torch.as_tensor(ls_x0, dtype=dtype, device=world.device)
-    test_rows = np.arange(world.rank, len(task.y_test), world.size)
+    # this rank's share of the test set: whole batches of eval.batch_size (a batch is the same on any number of
+    # ranks, and so is each example's loss: a convolution's output can depend on its batch)
+    batch = cfg.eval.batch_size
+    share = np.array_split(np.arange(-(-len(task.y_test) // batch)), world.size)[world.rank]
+    test_rows = slice(int(share[0]) * batch, (int(share[-1]) + 1) * batch) if len(share) else slice(0, 0)
 
     store_entries = decl.client
     if asynchronous:  # one pending-upload row per uploaded entry (and its loss) next to the client state
@@ -169,7 +174,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                   algorithm=algorithm, decl=decl, model=model, random_model=random_model, dim=model.dim,
                   loss_fn=loss_fn, classification=task.task == "classification",
                   test_x=_to_device(task.x_test[test_rows], world.device, dtype),
-                  test_y=_to_device(task.y_test[test_rows], world.device, dtype),
+                  test_y=_to_device(task.y_test[test_rows], world.device, dtype), num_test=len(task.y_test),
                   exchange=exchange, strategy_timings=timings, corruption=corruption)
     if tests is not None:
         setup.client_eval = ClientEval(cfg, world, tests, blocks, dtype, setup.classification)
@@ -198,10 +203,13 @@ def _placement(cfg: Config, decl: Declaration, world: World, asynchronous: bool)
 
 def _choose_strategy(cfg: Config, world: World, model: FlatModel, block: ClientBlock, random_model: bool,
                      loss_fn: LossFn, x0: Tensor, cohort: int) -> tuple[str, dict[str, float]]:
-    """``local.strategy``, or for ``auto`` the fastest on rank 0's timing (the same on every rank)."""
+    """``local.strategy``: for ``auto`` the model's neighbour-independent strategy, for ``fastest`` the fastest
+    on rank 0's timing (the same on every rank)."""
     requested = cfg.local.strategy
     check_strategy(requested, model, block, random_model, cfg.model.name)
-    if requested != "auto":
+    if requested == "auto":
+        return reproducible_strategy(model, block), {}
+    if requested != "fastest":
         return requested, {}
     timings: dict[str, float] = {}
     if world.is_root:

@@ -35,10 +35,10 @@ from torch import Tensor
 from fedrun.data.sizes import available_bytes
 from fedrun.errors import ConfigError, NumericalError
 from fedrun.protocol import Declaration, Entry, RoundContext, Scalar
+from fedrun.runtime import exact_sum
 from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
 
-_UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1), ("_signal", 1))
 _BAD_CLIENT = "_bad_client"
 _DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 1), ("_bad_client", 1))
 CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
@@ -74,20 +74,47 @@ class Exchange:
         self.gathered = [e.name for e in decl.up if e.name in decl.gathered()]
         self.down_layout = FlatLayout([(e.name, numel(e)) for e in down_entries] + list(_DOWN_EXTRAS))
         self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {n for n, _ in _DOWN_EXTRAS}
-        self._summed = [(e.name, numel(e)) for e in decl.up if e.name not in self.gathered]
-        self._up_extras = [*_UP_EXTRAS, (_BAD_CLIENT, world.size)]
-        self.up_layout = FlatLayout(self._summed + self._up_extras)  # a step's layout without gathered entries
-        self.up_scalars = {e.name for e in decl.up if isinstance(e, Scalar)} | {n for n, _ in _UP_EXTRAS}
+        summed = [(e.name, numel(e)) for e in decl.up if e.name not in self.gathered]
+        self._summed_names = [name for name, _ in summed]
+        self.exact_layout = FlatLayout([*summed, ("_loss", 1)])  # the exactly summed part of the uplink
+        self.up_scalars = {e.name for e in decl.up if isinstance(e, Scalar)} | {"_loss"}
         self.up_floats = decl.floats(decl.up, dim)
         self.down_floats = decl.floats(tuple(down_entries), dim)
         self.down_buf = self.down_layout.empty(dtype, world.device)
 
-    def layout(self, consumed: int) -> FlatLayout:
-        """The uplink layout of a step that consumes ``consumed`` uploads: the summed entries, an
-        ``[consumed, d]`` region per gathered entry, the runtime entries."""
-        if not self.gathered:
-            return self.up_layout
-        return FlatLayout(self._summed + [(name, consumed * self.dim) for name in self.gathered] + self._up_extras)
+    def _reduce(self, uploads: dict[str, Tensor] | None, losses: Tensor | None, n: int, slots: np.ndarray | None,
+                num_bad: int, bad_client: int, stop_requested: bool) -> dict[str, Tensor]:
+        """Step 4: the exact sums (fedrun.runtime.exact_sum) of the summed entries and losses over the ``n``
+        consumed uploads, the runtime counts and the gathered rows (each from one rank, the others adding
+        exact zeros) in ONE float64 reduce, after one MAX of the exponents; on rank 0 the summed entries,
+        the loss sum, the ``[n, d]`` gathered uploads and the counts ({} elsewhere)."""
+        world, device, terms = self.world, self.world.device, max(n, 1)
+        rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
+        rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
+        numel = self.exact_layout.numel
+        empty = torch.zeros(0, numel, dtype=self.dtype, device=device)
+        exps = exact_sum.agree(world, torch.cat([exact_sum.exponents(r) for r in rows or [empty]]), self.dtype)
+        parts, gathered = exact_sum.limbs(self.dtype), len(self.gathered) * n * self.dim
+        buf = torch.zeros(parts * numel + 2 + world.size + gathered, dtype=torch.float64, device=device)
+        limbs = buf[:parts * numel].view(parts, numel)
+        counts = buf[parts * numel:parts * numel + 2 + world.size]
+        floats = buf[len(buf) - gathered:].view(len(self.gathered), n, self.dim)
+        for sl, r in zip(self.exact_layout.slices.values(), rows, strict=False):  # no rows: no uploads here
+            limbs[:, sl] = exact_sum.encode_sum(r, exps[sl], terms)
+        counts[0], counts[1] = num_bad, float(stop_requested)
+        if num_bad:
+            counts[2 + world.rank] = bad_client + 1
+        if uploads is not None and self.gathered:
+            index = torch.as_tensor(slots, device=device)
+            for g, name in enumerate(self.gathered):
+                floats[g].index_copy_(0, index, uploads[name].to(torch.float64) + 0.0)  # -0.0 -> +0.0, as a reduce
+        reduce_to_root(world, buf)
+        if not world.is_root:
+            return {}
+        up = self.exact_layout.unpack(exact_sum.decode(limbs, exps, terms, self.dtype), self.up_scalars)
+        up.update({name: floats[g].to(self.dtype) for g, name in enumerate(self.gathered)})
+        up.update({"_nonfinite": float(counts[0]), "_signal": float(counts[1]), _BAD_CLIENT: counts[2:]})
+        return up
 
     def publish(self, server: dict[str, Tensor], stop: float = CONTINUE, nonfinite: float = 0.0,
                 bad_client: float = -1.0) -> dict[str, Tensor]:
@@ -114,37 +141,23 @@ class Exchange:
         """The current global model x (a view into the downlink buffer)."""
         return self.down_layout.unpack(self.down_buf, self.down_scalars)["x"]
 
-    def step(self, label: str, ctx: RoundContext, sums: dict[str, Tensor] | None, loss_sum: Tensor | None,
+    def step(self, label: str, ctx: RoundContext, uploads: dict[str, Tensor] | None, losses: Tensor | None,
              bad_client: int, num_bad: int, stop_requested: bool, skip: bool, server: dict[str, Tensor],
              server_rule: ServerRule, slots: np.ndarray | None = None) -> Outcome:
-        """Steps 4 and 5 of a round. ``sums``: this rank's summed kept uploads (None: none), gathered
-        entries as this rank's ``[C, d]`` rows, which go to positions ``slots`` of the step's
-        ``ctx.num_active`` consumed clients; ``num_bad`` uploads of this rank were not finite, the
-        smallest such client id is ``bad_client``; with ``skip`` they were left out of ``sums`` and the
-        server rule sees |S_t| minus them, else the run stops with :class:`NumericalError`."""
-        world = self.world
-        layout = self.layout(ctx.num_active)
-        up_buf = layout.empty(self.dtype, world.device)
-        if sums is not None:
-            layout.pack({**sums, "_loss": loss_sum, "_nonfinite": torch.tensor(float(num_bad)),
-                         "_signal": torch.zeros(()), _BAD_CLIENT: torch.zeros(world.size)}, up_buf, set(self.gathered))
-            index = None if slots is None else torch.as_tensor(slots, device=world.device)
-            for name in self.gathered:
-                up_buf[layout.slices[name]].view(ctx.num_active, self.dim).index_copy_(0, index, sums[name])
-            if num_bad:
-                up_buf[layout.slices[_BAD_CLIENT].start + world.rank] = float(bad_client + 1)
-        up_buf[layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
-        reduce_to_root(world, up_buf)
+        """Steps 4 and 5 of a round. ``uploads``/``losses``: this rank's kept uploads ``[C, ...]`` and training
+        losses ``[C]`` (None: none); the gathered entries' rows go to positions ``slots`` of the step's
+        ``ctx.num_active`` consumed clients; ``num_bad`` uploads of this rank were not finite, the smallest
+        such client id is ``bad_client``; with ``skip`` they were left out of ``uploads`` and the server rule
+        sees |S_t| minus them, else the run stops with :class:`NumericalError`."""
+        world, n = self.world, ctx.num_active
+        up = self._reduce(uploads, losses, n, slots, num_bad, bad_client, stop_requested)
         train_loss = float("nan")
         if world.is_root:
-            up = layout.unpack(up_buf, self.up_scalars)
-            for name in self.gathered:
-                up[name] = up[name].view(ctx.num_active, self.dim)
             nonfinite = float(up.pop("_nonfinite"))
             signals = float(up.pop("_signal"))
             loss_total = float(up.pop("_loss"))
-            slots = up.pop(_BAD_CLIENT)
-            worst = float(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1.0
+            bad = up.pop(_BAD_CLIENT)
+            worst = float(bad[bad > 0].min()) - 1 if bool((bad > 0).any()) else -1.0
             kept = ctx.num_active - (int(nonfinite) if skip else 0)  # |S_t| the server rule sees
             train_loss = loss_total / kept if kept else float("nan")
             stop = CONTINUE
@@ -174,23 +187,23 @@ class Exchange:
                        server=server)
 
 
-def sum_uploads(up: dict[str, Tensor], loss: Tensor, ids: np.ndarray, skip: bool, gathered: list[str] = (),
-                ) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
-    """Sum per-client uploads ``[C, ...]`` (the ``gathered`` entries stay ``[C, d]``) and training losses
-    ``[C]`` of clients ``ids``; the sums, the loss sum and a bool ``[C]`` mask of the clients kept. A client
-    whose upload or training loss is not finite (the loss overflows before the model does: ||A x - b||^2
-    at |x| ~ 1e154 in float64) makes a sum non-finite: only then are single clients looked at; with
-    ``skip`` those are left out of the sums (never with gathered entries: build refuses that combination)."""
-    sums = {name: value if name in gathered else value.sum(dim=0) for name, value in up.items()}
-    loss_sum = loss.sum()
-    kept = np.ones(len(ids), dtype=bool)
-    if not all(bool(torch.isfinite(value).all()) for value in (*sums.values(), loss_sum)):
-        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in (*up.values(), loss)])
-        finite = finite.all(dim=0)
-        kept = finite.cpu().numpy()
-        if skip:
-            return {name: value[finite].sum(dim=0) for name, value in up.items()}, loss[finite].sum(), kept
-    return sums, loss_sum, kept
+def finite_uploads(up: dict[str, Tensor], loss: Tensor, skip: bool) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
+    """The per-client uploads ``[C, ...]`` and training losses ``[C]`` that go into the step's exact sums, and a
+    bool ``[C]`` mask of the clients kept. A client whose upload or training loss is not finite (the loss
+    overflows before the model does: ||A x - b||^2 at |x| ~ 1e154 in float64) makes a float sum non-finite:
+    only then are single clients looked at; with ``skip`` those are left out, otherwise their rows are
+    zeroed (the run stops after the exchange, which every rank still joins), so that the exact sum only
+    ever sees finite values."""
+    kept = np.ones(len(loss), dtype=bool)
+    if all(bool(torch.isfinite(value.sum())) for value in (*up.values(), loss)):
+        return up, loss, kept
+    finite = torch.stack([torch.isfinite(v.reshape(len(loss), -1)).all(dim=1) for v in (*up.values(), loss)])
+    finite = finite.all(dim=0)
+    kept = finite.cpu().numpy()
+    if skip:
+        return {name: value[finite] for name, value in up.items()}, loss[finite], kept
+    zero = lambda v: torch.where(finite.view(-1, *([1] * (v.dim() - 1))), v, 0)  # noqa: E731
+    return {name: zero(value) for name, value in up.items()}, zero(loss), kept
 
 
 def check_gathered_memory(gathered: int, worst: int, dim: int, dtype: torch.dtype, world: World, field: str) -> None:

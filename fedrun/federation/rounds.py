@@ -25,12 +25,13 @@ from torch import Tensor
 from fedrun.config import Config
 from fedrun.federation.blocks import split_by_work
 from fedrun.federation.build import PENDING, RunState, Setup
-from fedrun.federation.exchange import sum_uploads
+from fedrun.federation.exchange import finite_uploads
 from fedrun.federation.schedule import Step
+from fedrun.metrics.fingerprint import fingerprint
 from fedrun.metrics.per_client import summary
 from fedrun.protocol import Clients, LocalResult, RoundContext
-from fedrun.runtime.flat import all_reduce_sum
-from fedrun.training.evaluate import evaluate_shard
+from fedrun.runtime.exact_sum import all_reduce_exact_sum
+from fedrun.training.evaluate import evaluate_examples
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.schedule import local_lr
@@ -50,11 +51,11 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
     ctx = context(setup, t, lr, len(step.consume), step.staleness)
     # 2. this round's downlink
     down = setup.exchange.downlink()
-    # 3. local training of this rank's starting clients; 4. its consumed uploads, summed
+    # 3. local training of this rank's starting clients; 4. its consumed uploads, to be summed exactly
     parks = state.schedule.parks_uploads
     skip = cfg.run.skip_nonfinite_clients and not parks
     consumed = local_rows(setup, step.consume)
-    sums, loss_sum, kept = None, None, np.ones(len(consumed), dtype=bool)
+    uploads, losses, kept = None, None, np.ones(len(consumed), dtype=bool)
     if parks:  # train, park the uploads in the clients' rows; sum the consumed ones
         for rows, start in start_groups(setup, state, step, local_rows(setup, step.start), down):
             fresh = np.zeros(len(rows), dtype=np.int64)  # staleness counts from the client's start
@@ -62,10 +63,10 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
             park(setup, state, rows, up, loss, new_state)
         if len(consumed):
             up, loss = take_parked(setup, state, consumed)
-            sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip, setup.exchange.gathered)
+            uploads, losses, kept = finite_uploads(up, loss, skip)
     elif len(consumed):  # the consumed clients are the starting ones: train and sum at once
         up, loss, new_state = train_clients(setup, state, consumed, down, down, t, train_ctx, None)
-        sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip, setup.exchange.gathered)
+        uploads, losses, kept = finite_uploads(up, loss, skip)
         if not kept.all():  # a dropped client's state stays as it was before the round
             new_state = {name: value[torch.as_tensor(kept, device=value.device)] for name, value in new_state.items()}
         state.clients.scatter(torch.as_tensor(consumed[kept], device=world.device), new_state)
@@ -73,7 +74,7 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
     # 5. one reduce, the server rule on rank 0, one broadcast
     label = f"server step {t + 1}" if parks else f"round {t + 1}"  # user-visible numbers count from 1
     slots = np.searchsorted(step.consume, consumed + setup.first)  # rows of gathered uploads, client-id order
-    outcome = setup.exchange.step(label, ctx, sums, loss_sum, int(bad.min()) + setup.first if len(bad) else -1,
+    outcome = setup.exchange.step(label, ctx, uploads, losses, int(bad.min()) + setup.first if len(bad) else -1,
                                   len(bad), stop_requested, skip, state.server, setup.algorithm.server_update, slots)
     state.server = outcome.server
     arrived = np.zeros(setup.num_clients, dtype=bool)
@@ -105,6 +106,8 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
         if setup.client_eval is not None:
             entry.update(evaluate_clients(setup, state, outcome.down_next["x"], t))
     account(setup, state, entry, ctx.num_active, len(step.start) - dropped)
+    if world.is_root:  # the server state's exact bits (x among them), for fedrun compare
+        entry["fingerprint"] = fingerprint(state.server, "server/")
     entry["wall_s"] = time.perf_counter() - wall
     state.next_round = t + 1
     return entry
@@ -198,11 +201,12 @@ def eval_due(cfg: Config, t: int) -> bool:
 
 
 def evaluate(setup: Setup, x: Tensor) -> dict[str, float]:
-    """Test loss (and accuracy) of model ``x`` on the pooled test set, each rank evaluating its shard."""
-    sums = evaluate_shard(setup.model, setup.loss_fn, x, setup.test_x, setup.test_y, setup.cfg.eval.batch_size,
-                          setup.classification)
-    all_reduce_sum(setup.world, sums)
-    loss, correct, count = (float(v) for v in sums)
+    """Test loss (and accuracy) of model ``x`` on the pooled test set, each rank evaluating its shard; the
+    per-example losses and hits are summed exactly (the same bits on any number of ranks)."""
+    examples = evaluate_examples(setup.model, setup.loss_fn, x, setup.test_x, setup.test_y,
+                                 setup.cfg.eval.batch_size, setup.classification)
+    count = setup.num_test
+    loss, correct = (float(v) for v in all_reduce_exact_sum(setup.world, examples, max(count, 1)))
     out = {"test_loss": loss / count}
     if setup.classification:
         out["test_accuracy"] = correct / count
