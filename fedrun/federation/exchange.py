@@ -1,11 +1,17 @@
 """The one exchange of a step: one reduce of the summed uploads to rank 0, the server rule there, one
 broadcast of the next downlink. Also the policy for non-finite uploads and models.
 
+The summed entries and the training losses are summed exactly (:mod:`fedrun.runtime.exact_sum`): after
+one all-reduce MAX of their exponents, each rank encodes its clients' uploads as float64 integer limbs,
+which the reduce adds exactly, and rank 0 decodes them once; the sums are the same bits whatever the
+number of ranks, the placement and the order of the clients.
+
 Gathered upload entries (``Vector(name, gather=True)``) travel in the same reduce: the uplink buffer of
 a step that consumes n uploads holds an ``[n, d]`` region per gathered entry, one row per consumed
 client in client-id order; every rank writes its own clients' rows into their slots, leaves the others
-zero, and the reduce's sum (x + 0 = x, exactly) assembles the ``[n, d]`` uploads on rank 0, identical
-whatever the number of ranks. This costs a reduce of n x d floats instead of d; a gather of only each
+zero, and the reduce's sum (x + 0 = x, exactly; in float64, -0.0 made +0.0 on every rank first)
+assembles the ``[n, d]`` uploads on rank 0, identical whatever the number of ranks. This costs a reduce
+of n x d floats instead of d; a gather of only each
 rank's rows would move less on many ranks, but needs equal-sized pieces (padding to the largest share)
 and a second collective for the summed entries, while the zero-padded reduce keeps ONE collective and
 the summed entries bit-identical to a declaration without gathered ones (bench/gathered.py measures
@@ -14,8 +20,9 @@ step: :func:`check_gathered_memory` compares the worst case with free memory at 
 
 Both flat buffers carry runtime entries after the algorithm's own:
 
-* uplink: the training-loss sum, the number of non-finite uploads, the stop-signal flag, and one slot per
-  rank holding (smallest client id with a non-finite upload) + 1, or 0;
+* uplink (float64: the limbs, then these counts, then the gathered rows): the training-loss sum (among
+  the limbs), the number of non-finite uploads, the stop-signal flag, and one slot per rank holding
+  (smallest client id with a non-finite upload) + 1, or 0;
 * downlink: what every rank does after this step (continue, stop on a signal, stop on NaN/Inf), how many
   uploads were not finite and the smallest such client id.
 
