@@ -55,14 +55,14 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TRACE = HERE / "trace.npy"
-RECORDING_COMMIT = "5b37961ea23425e7b4c742479c3fd8dbf42c1337"  # the round engine before the redesign
+RECORDING_COMMIT = "80e605a39c0396b59074b2eb08e69a8e3a17d3fa"  # exact sums over clients
 RANKS = (1, 2)
 SMALL = 512  # arrays with more elements are stored as a digest (+ shape, dtype, first values, a sample)
 HEAD = 16
 # on a kind of CPU without a record of its own, arrays are compared with REFERENCE's within these relative
 # tolerances (of the array's largest magnitude): the same cases, other kernels' order of sums
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
-REFERENCE = "GenuineIntel-AVX512"  # the record other kinds compare with
+REFERENCE = "AuthenticAMD-AVX512"  # the record other kinds compare with
 KIND_VARIABLE = "FEDRUN_GOLDEN_CPU_KIND"  # overrides the detected kind (tests simulate a CPU without a record)
 
 # ------------------------------------------------------------------------------------------ the cases
