@@ -2,15 +2,15 @@
 broadcast of the next downlink. Also the policy for non-finite uploads and models.
 
 The summed entries and the training losses are summed exactly (:mod:`fedrun.runtime.exact_sum`): after
-one all-reduce MAX of their exponents, each rank encodes its clients' uploads as float64 integer limbs,
-which the reduce adds exactly, and rank 0 decodes them once; the sums are the same bits whatever the
+one all-reduce MAX of their exponents, each rank encodes its clients' uploads as integer limbs, which
+the reduce adds exactly (int64), and rank 0 decodes them once; the sums are the same bits whatever the
 number of ranks, the placement and the order of the clients.
 
 Gathered upload entries (``Vector(name, gather=True)``) travel in the same reduce: the uplink buffer of
 a step that consumes n uploads holds an ``[n, d]`` region per gathered entry, one row per consumed
 client in client-id order; every rank writes its own clients' rows into their slots, leaves the others
-zero, and the reduce's sum (x + 0 = x, exactly; in float64, -0.0 made +0.0 on every rank first)
-assembles the ``[n, d]`` uploads on rank 0, identical whatever the number of ranks. This costs a reduce
+zero, and the reduce's integer sum of their bits (x + 0 = x) assembles the ``[n, d]`` uploads on rank 0,
+identical whatever the number of ranks. This costs a reduce
 of n x d floats instead of d; a gather of only each
 rank's rows would move less on many ranks, but needs equal-sized pieces (padding to the largest share)
 and a second collective for the summed entries, while the zero-padded reduce keeps ONE collective and
@@ -20,8 +20,8 @@ step: :func:`check_gathered_memory` compares the worst case with free memory at 
 
 Both flat buffers carry runtime entries after the algorithm's own:
 
-* uplink (float64: the limbs, then these counts, then the gathered rows): the training-loss sum (among
-  the limbs), the number of non-finite uploads, the stop-signal flag, and one slot per rank holding
+* uplink (int64: the limbs, then these counts, then the gathered rows' bytes): the training-loss sum
+  (among the limbs), the number of non-finite uploads, the stop-signal flag, and one slot per rank holding
   (smallest client id with a non-finite upload) + 1, or 0;
 * downlink: what every rank does after this step (continue, stop on a signal, stop on NaN/Inf), how many
   uploads were not finite and the smallest such client id.
@@ -92,9 +92,10 @@ class Exchange:
     def _reduce(self, uploads: dict[str, Tensor] | None, losses: Tensor | None, n: int, slots: np.ndarray | None,
                 num_bad: int, bad_client: int, stop_requested: bool) -> dict[str, Tensor]:
         """Step 4: the exact sums (fedrun.runtime.exact_sum) of the summed entries and losses over the ``n``
-        consumed uploads, the runtime counts and the gathered rows (each from one rank, the others adding
-        exact zeros) in ONE float64 reduce, after one MAX of the exponents; on rank 0 the summed entries,
-        the loss sum, the ``[n, d]`` gathered uploads and the counts ({} elsewhere)."""
+        consumed uploads (integer limbs), the runtime counts and the gathered rows (their bits; each row
+        from one rank, the others adding zeros) in ONE int64 reduce, after one MAX of the exponents; on
+        rank 0 the summed entries, the loss sum, the ``[n, d]`` gathered uploads and the counts ({}
+        elsewhere)."""
         world, device, terms = self.world, self.world.device, max(n, 1)
         rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
         rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
@@ -102,24 +103,26 @@ class Exchange:
         empty = torch.zeros(0, numel, dtype=self.dtype, device=device)
         exps = exact_sum.agree(world, torch.cat([exact_sum.exponents(r) for r in rows or [empty]]), self.dtype)
         parts, gathered = exact_sum.limbs(self.dtype), len(self.gathered) * n * self.dim
-        buf = torch.zeros(parts * numel + 2 + world.size + gathered, dtype=torch.float64, device=device)
+        words = -(-gathered * torch.empty(0, dtype=self.dtype).element_size() // 8)  # the rows' bytes in int64s
+        buf = torch.zeros(parts * numel + 2 + world.size + words, dtype=torch.int64, device=device)
         limbs = buf[:parts * numel].view(parts, numel)
         counts = buf[parts * numel:parts * numel + 2 + world.size]
-        floats = buf[len(buf) - gathered:].view(len(self.gathered), n, self.dim)
+        floats = buf[len(buf) - words:].view(self.dtype)[:gathered].view(len(self.gathered), n, self.dim)
         for sl, r in zip(self.exact_layout.slices.values(), rows, strict=False):  # no rows: no uploads here
-            limbs[:, sl] = exact_sum.encode_sum(r, exps[sl], terms)
-        counts[0], counts[1] = num_bad, float(stop_requested)
+            limbs[:, sl] = exact_sum.encode_sum(r, exps[sl], terms).to(torch.int64)  # integers <= 2^53: exact
+        counts[0], counts[1] = num_bad, int(stop_requested)
         if num_bad:
             counts[2 + world.rank] = bad_client + 1
         if uploads is not None and self.gathered:
             index = torch.as_tensor(slots, device=device)
             for g, name in enumerate(self.gathered):
-                floats[g].index_copy_(0, index, uploads[name].to(torch.float64) + 0.0)  # -0.0 -> +0.0, as a reduce
+                floats[g].index_copy_(0, index, uploads[name])
         reduce_to_root(world, buf)
         if not world.is_root:
             return {}
-        up = self.exact_layout.unpack(exact_sum.decode(limbs, exps, terms, self.dtype), self.up_scalars)
-        up.update({name: floats[g].to(self.dtype) for g, name in enumerate(self.gathered)})
+        total = exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype)
+        up = self.exact_layout.unpack(total, self.up_scalars)
+        up.update({name: floats[g] for g, name in enumerate(self.gathered)})
         up.update({"_nonfinite": float(counts[0]), "_signal": float(counts[1]), _BAD_CLIENT: counts[2:]})
         return up
 

@@ -9,8 +9,9 @@ Sums of integers do not. A sum of n terms x_i in R^d (n known on every rank) is 
 2. every term is rounded to the nearest multiple of the quantum q_j = 2^(E_j - P), as integer "limbs":
    one limb for float32 runs (P = B), two for float64 runs (P = 2B, v = hi 2^B + lo, 0 <= lo <= 2^B), with
    B = 53 - ceil(log2 n), so that n limbs of magnitude <= 2^B sum to at most 2^53;
-3. the limbs are summed as float64 integers, locally and by the collective: every partial sum is an
-   integer of magnitude <= 2^53, so every addition is exact, in any order and any reduction algorithm;
+3. the limbs are summed as float64 integers locally (every partial sum is an integer of magnitude
+   <= 2^53, so every addition is exact), and by the collective as int64 or float64 integers, exactly in
+   any order and any reduction algorithm;
 4. the total T is converted back once: s = fl(T q_j) in the run's dtype (one rounding).
 
 The result is a function of the multiset of terms only. Error bound, per coordinate (u the unit
