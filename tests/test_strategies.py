@@ -11,7 +11,7 @@ import torch
 from helpers import federation, single_world
 
 import fedrun
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 from fedrun.protocol import LocalPlan
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
@@ -75,13 +75,13 @@ def test_a_client_trains_to_the_same_bits_alone_or_with_others(strategy):
     then in the middle of a group of 4."""
     setup = federation(with_sections(CNN, run={"dtype": "float32"}, model={"name": "cnn_mnist"},
                                      data=MNIST_SHAPE, local={"strategy": strategy})).setup
-    x0 = setup.exchange.global_model()
+    x0, block, learner = setup.exchange.global_model(), setup.placement.block, setup.learner
 
     def trained(rows: list[int]) -> torch.Tensor:
         rows = np.asarray(rows)
-        batches = setup.block.batches(rows, 0, 0, 4, 3, None, True)
-        oracle, group = local_oracle(strategy, setup.model, setup.loss_fn, setup.block, batches, rows, 0, 0,
-                                     setup.random_model)
+        batches = block.batches(rows, 0, 0, 4, 3, None, True)
+        oracle, group = local_oracle(strategy, learner.model, learner.loss_fn, block, batches, rows, 0, 0,
+                                     learner.random_model)
         plan = LocalPlan(start=x0.expand(len(rows), -1))
         return run_local(plan, oracle, batches.sizes > 0, 0.05, setup.cfg.local, group).x_end
 

@@ -57,6 +57,29 @@ ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict
 
 
 @dataclasses.dataclass
+class Uplink:
+    """What one rank brings to a step's reduce: its share of the consumed uploads and its flags."""
+
+    uploads: dict[str, Tensor] | None = None  # the kept uploads, [C, ...] rows (summed exactly); None: none here
+    losses: Tensor | None = None  # their training losses [C]
+    slots: np.ndarray | None = None  # positions of the gathered rows among the step's consumed clients
+    nonfinite: int = 0  # consumed uploads of this rank that were not finite
+    bad_client: int = -1  # the smallest global id among those (-1: none)
+    stop_requested: bool = False  # this rank received a stop signal
+
+
+@dataclasses.dataclass
+class Totals:
+    """The reduced uplink on rank 0: every rank's uploads summed (gathered entries ``[n, d]``) and flags."""
+
+    up: dict[str, Tensor]
+    loss: float  # sum of the training losses
+    nonfinite: int  # uploads that were not finite, over all ranks
+    bad_client: int  # the smallest client id with a non-finite upload (-1: none)
+    signal: bool  # some rank received a stop signal
+
+
+@dataclasses.dataclass
 class Outcome:
     """What every rank learns from an exchange."""
 
@@ -71,8 +94,10 @@ class Exchange:
     """The flat layouts of one algorithm's declaration, the downlink buffer every rank reads its round's
     downlink from, and the communication each direction costs per client (in floats)."""
 
-    def __init__(self, decl: Declaration, dim: int, world: World, dtype: torch.dtype) -> None:
+    def __init__(self, decl: Declaration, dim: int, world: World, dtype: torch.dtype,
+                 skip_nonfinite: bool = False) -> None:
         self.world, self.dtype = world, dtype
+        self.skip_nonfinite = skip_nonfinite  # run.skip_nonfinite_clients: drop non-finite uploads
         def numel(entry: Entry) -> int:
             return 1 if isinstance(entry, Scalar) else dim
 
@@ -88,43 +113,6 @@ class Exchange:
         self.up_floats = decl.floats(decl.up, dim)
         self.down_floats = decl.floats(tuple(down_entries), dim)
         self.down_buf = self.down_layout.empty(dtype, world.device)
-
-    def _reduce(self, uploads: dict[str, Tensor] | None, losses: Tensor | None, n: int, slots: np.ndarray | None,
-                num_bad: int, bad_client: int, stop_requested: bool) -> dict[str, Tensor]:
-        """Step 4: the exact sums (fedrun.runtime.exact_sum) of the summed entries and losses over the ``n``
-        consumed uploads (integer limbs), the runtime counts and the gathered rows (their bits; each row
-        from one rank, the others adding zeros) in ONE int64 reduce, after one MAX of the exponents; on
-        rank 0 the summed entries, the loss sum, the ``[n, d]`` gathered uploads and the counts ({}
-        elsewhere)."""
-        world, device, terms = self.world, self.world.device, max(n, 1)
-        rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
-        rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
-        numel = self.exact_layout.numel
-        empty = torch.zeros(0, numel, dtype=self.dtype, device=device)
-        exps = exact_sum.agree(world, torch.cat([exact_sum.exponents(r) for r in rows or [empty]]), self.dtype)
-        parts, gathered = exact_sum.limbs(self.dtype), len(self.gathered) * n * self.dim
-        words = -(-gathered * torch.empty(0, dtype=self.dtype).element_size() // 8)  # the rows' bytes in int64s
-        buf = torch.zeros(parts * numel + 2 + world.size + words, dtype=torch.int64, device=device)
-        limbs = buf[:parts * numel].view(parts, numel)
-        counts = buf[parts * numel:parts * numel + 2 + world.size]
-        floats = buf[len(buf) - words:].view(self.dtype)[:gathered].view(len(self.gathered), n, self.dim)
-        for sl, r in zip(self.exact_layout.slices.values(), rows, strict=False):  # no rows: no uploads here
-            limbs[:, sl] = exact_sum.encode_sum(r, exps[sl], terms).to(torch.int64)  # integers <= 2^53: exact
-        counts[0], counts[1] = num_bad, int(stop_requested)
-        if num_bad:
-            counts[2 + world.rank] = bad_client + 1
-        if uploads is not None and self.gathered:
-            index = torch.as_tensor(slots, device=device)
-            for g, name in enumerate(self.gathered):
-                floats[g].index_copy_(0, index, uploads[name])
-        reduce_to_root(world, buf)
-        if not world.is_root:
-            return {}
-        total = exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype)
-        up = self.exact_layout.unpack(total, self.up_scalars)
-        up.update({name: floats[g] for g, name in enumerate(self.gathered)})
-        up.update({"_nonfinite": float(counts[0]), "_signal": float(counts[1]), _BAD_CLIENT: counts[2:]})
-        return up
 
     def publish(self, server: dict[str, Tensor], stop: float = CONTINUE, nonfinite: float = 0.0,
                 bad_client: float = -1.0) -> dict[str, Tensor]:
@@ -151,50 +139,97 @@ class Exchange:
         """The current global model x (a view into the downlink buffer)."""
         return self.down_layout.unpack(self.down_buf, self.down_scalars)["x"]
 
-    def step(self, label: str, ctx: RoundContext, uploads: dict[str, Tensor] | None, losses: Tensor | None,
-             bad_client: int, num_bad: int, stop_requested: bool, skip: bool, server: dict[str, Tensor],
-             server_rule: ServerRule, slots: np.ndarray | None = None) -> Outcome:
-        """Steps 4 and 5 of a round. ``uploads``/``losses``: this rank's kept uploads ``[C, ...]`` and training
-        losses ``[C]`` (None: none); the gathered entries' rows go to positions ``slots`` of the step's
-        ``ctx.num_active`` consumed clients; ``num_bad`` uploads of this rank were not finite, the smallest
-        such client id is ``bad_client``; with ``skip`` they were left out of ``uploads`` and the server rule
-        sees |S_t| minus them, else the run stops with :class:`NumericalError`."""
-        world, n = self.world, ctx.num_active
-        up = self._reduce(uploads, losses, n, slots, num_bad, bad_client, stop_requested)
+    def step(self, label: str, ctx: RoundContext, uplink: Uplink, server: dict[str, Tensor],
+             server_rule: ServerRule) -> Outcome:
+        """Steps 4 and 5 of a step (``label`` names it in messages) that consumes ``ctx.num_active``
+        uploads: ONE reduce of every rank's :class:`Uplink` to rank 0 (its uploads summed exactly), the
+        server rule there under the non-finite policy (:func:`guarded_rule`), ONE broadcast of the next
+        downlink; then every rank stops on a non-finite step (:func:`raise_nonfinite`)."""
+        totals = self._reduce(ctx.num_active, uplink)
         train_loss = float("nan")
-        if world.is_root:
-            nonfinite = float(up.pop("_nonfinite"))
-            signals = float(up.pop("_signal"))
-            loss_total = float(up.pop("_loss"))
-            bad = up.pop(_BAD_CLIENT)
-            worst = float(bad[bad > 0].min()) - 1 if bool((bad > 0).any()) else -1.0
-            kept = ctx.num_active - (int(nonfinite) if skip else 0)  # |S_t| the server rule sees
-            train_loss = loss_total / kept if kept else float("nan")
-            stop = CONTINUE
-            if nonfinite > 0 and not skip:
-                stop = STOP_NONFINITE
-            else:
-                new_server = server_rule(server, up, dataclasses.replace(ctx, num_active=kept))
-                if all(bool(torch.isfinite(v).all()) for v in new_server.values()):
-                    server = new_server  # a non-finite step is not applied: the last good state stays
-                    stop = STOP_SIGNAL if signals > 0 else CONTINUE
-                else:
-                    stop = STOP_NONFINITE
-            down = self.publish(server, stop, nonfinite, worst)
+        if self.world.is_root:
+            kept = ctx.num_active - (totals.nonfinite if self.skip_nonfinite else 0)  # |S_t| the rule sees
+            train_loss = totals.loss / kept if kept else float("nan")
+            server, stop = guarded_rule(server_rule, server, totals, dataclasses.replace(ctx, num_active=kept),
+                                        self.skip_nonfinite)
+            down = self.publish(server, stop, float(totals.nonfinite), float(totals.bad_client))
         else:
             down = self.publish(server)
-        stop = float(down["_stop"])
-        nonfinite_all = int(down["_nonfinite"])
-        if stop == STOP_NONFINITE:
-            if nonfinite_all and not skip:
-                others = f" (and {nonfinite_all - 1} other client(s))" if nonfinite_all > 1 else ""
-                raise NumericalError(f"{label}: client {int(down['_bad_client'])} uploaded a non-finite update "
-                                     f"or training loss (NaN/Inf){others}; lower the learning rates or set "
-                                     "run.skip_nonfinite_clients=true")
-            raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
+        raise_nonfinite(label, down, self.skip_nonfinite)
         down_next = {k: v for k, v in down.items() if not k.startswith("_")}
-        return Outcome(down_next=down_next, stop=stop, nonfinite=nonfinite_all, train_loss=train_loss,
-                       server=server)
+        return Outcome(down_next=down_next, stop=float(down["_stop"]), nonfinite=int(down["_nonfinite"]),
+                       train_loss=train_loss, server=server)
+
+    def _reduce(self, n: int, uplink: Uplink) -> Totals | None:
+        """Step 4 for a step that consumes ``n`` uploads: the exact sums (fedrun.runtime.exact_sum) of the
+        summed entries and losses (integer limbs), the runtime counts and the gathered rows (their bits;
+        each row from one rank, the others adding zeros) in ONE int64 reduce, after one MAX of the
+        exponents; the :class:`Totals` on rank 0 (None elsewhere)."""
+        world, device, terms = self.world, self.world.device, max(n, 1)
+        uploads, losses = uplink.uploads, uplink.losses
+        rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
+        rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
+        numel = self.exact_layout.numel
+        empty = torch.zeros(0, numel, dtype=self.dtype, device=device)
+        exps = exact_sum.agree(world, torch.cat([exact_sum.exponents(r) for r in rows or [empty]]), self.dtype)
+        parts, gathered = exact_sum.limbs(self.dtype), len(self.gathered) * n * self.dim
+        words = -(-gathered * torch.empty(0, dtype=self.dtype).element_size() // 8)  # the rows' bytes in int64s
+        buf = torch.zeros(parts * numel + 2 + world.size + words, dtype=torch.int64, device=device)
+        limbs = buf[:parts * numel].view(parts, numel)
+        counts = buf[parts * numel:parts * numel + 2 + world.size]
+        floats = buf[len(buf) - words:].view(self.dtype)[:gathered].view(len(self.gathered), n, self.dim)
+        for sl, r in zip(self.exact_layout.slices.values(), rows, strict=False):  # no rows: no uploads here
+            limbs[:, sl] = exact_sum.encode_sum(r, exps[sl], terms).to(torch.int64)  # integers <= 2^53: exact
+        counts[0], counts[1] = uplink.nonfinite, int(uplink.stop_requested)
+        if uplink.nonfinite:
+            counts[2 + world.rank] = uplink.bad_client + 1
+        if uploads is not None and self.gathered:
+            index = torch.as_tensor(uplink.slots, device=device)
+            for g, name in enumerate(self.gathered):
+                floats[g].index_copy_(0, index, uploads[name])
+        reduce_to_root(world, buf)
+        if not world.is_root:
+            return None
+        up = self.exact_layout.unpack(exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype),
+                                      self.up_scalars)
+        up.update({name: floats[g] for g, name in enumerate(self.gathered)})
+        loss = float(up.pop("_loss"))
+        slots = counts[2:]  # per rank: its smallest bad client id + 1, or 0
+        bad_client = int(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1
+        return Totals(up=up, loss=loss, nonfinite=int(counts[0]), bad_client=bad_client, signal=bool(counts[1] > 0))
+
+
+# ------------------------------------------------------------------------------------ the non-finite policy
+
+
+def guarded_rule(server_rule: ServerRule, server: dict[str, Tensor], totals: Totals, ctx: RoundContext,
+                 skip: bool) -> tuple[dict[str, Tensor], float]:
+    """The server rule under the non-finite policy (rank 0): the server state to keep and the stop code.
+
+    A non-finite upload stops the run (STOP_NONFINITE, the rule is not called) unless ``skip``
+    (``run.skip_nonfinite_clients``) left it out of the sums; a rule whose result is not finite is not
+    applied (the last good state stays) and stops the run; otherwise the new state is kept and the run
+    continues, or stops after this step when a rank received a signal (STOP_SIGNAL)."""
+    if totals.nonfinite > 0 and not skip:
+        return server, STOP_NONFINITE
+    new_server = server_rule(server, totals.up, ctx)
+    if not all(bool(torch.isfinite(v).all()) for v in new_server.values()):
+        return server, STOP_NONFINITE
+    return new_server, STOP_SIGNAL if totals.signal else CONTINUE
+
+
+def raise_nonfinite(label: str, down: dict[str, Tensor], skip: bool) -> None:
+    """On every rank after the broadcast: raise :class:`NumericalError` (exit status 3) naming the step
+    ``label`` and the cause when rank 0 stopped the run on a non-finite upload or model."""
+    if float(down["_stop"]) != STOP_NONFINITE:
+        return
+    nonfinite = int(down["_nonfinite"])
+    if nonfinite and not skip:
+        others = f" (and {nonfinite - 1} other client(s))" if nonfinite > 1 else ""
+        raise NumericalError(f"{label}: client {int(down['_bad_client'])} uploaded a non-finite update "
+                             f"or training loss (NaN/Inf){others}; lower the learning rates or set "
+                             "run.skip_nonfinite_clients=true")
+    raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
 
 
 def finite_uploads(up: dict[str, Tensor], loss: Tensor, skip: bool) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
