@@ -33,12 +33,12 @@ __all__ = ["Config", "ConfigError", "apply_override", "build_dataclass", "config
 
 @dataclass
 class RunConfig:
-    name: str = "run"
+    name: str = "run"  # the run's name: fills "{name}" in run.dir, names the MLflow run
     dir: str = "runs/{name}"  # run directory; "{name}" and "{seed}" are filled in
-    seed: int = 0
-    rounds: int = 100
-    dtype: Literal["float32", "float64"] = "float32"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0  # every random stream (data, partition, model init, participation) derives from it
+    rounds: int = 100  # T, the rounds to run (asynchrony: server steps)
+    dtype: Literal["float32", "float64"] = "float32"  # of the model, client state and communication
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: one GPU per rank when there are GPUs, else CPU
     threads: int = 1  # torch intra-op threads per rank
     timeout_s: float = 120.0  # collective / rendezvous timeout: a missing peer is an error after this
     log_every: int = 1  # progress line every this many rounds (rank 0)
@@ -62,9 +62,9 @@ class SyntheticConfig:
     """Class-conditional Gaussian images or features (bench/README.md, W1/W2), generated from the run seed."""
 
     shape: list[int] = field(default_factory=lambda: [3, 32, 32])  # [C, H, W] or [features]
-    num_classes: int = 10
-    examples_per_client: int = 50
-    test_examples: int = 1000
+    num_classes: int = 10  # classes of the generated labels
+    examples_per_client: int = 50  # training examples of every client
+    test_examples: int = 1000  # examples of the global test set
     noise: float = 1.0  # std of the Gaussian around each class mean
 
     def check(self) -> None:
@@ -86,7 +86,7 @@ class LeastSquaresConfig:
     rows_per_client: int = 8  # m
     dim: int = 5  # d
     heterogeneity: float = 1.0  # scale of the per-client shift of b_i (0: every client has the same x*)
-    noise: float = 0.1
+    noise: float = 0.1  # std of the Gaussian noise added to b_i
 
     def check(self) -> None:
         require(self.rows_per_client >= 1, "data.least_squares.rows_per_client", "an integer >= 1",
@@ -99,10 +99,10 @@ class LeastSquaresConfig:
 
 @dataclass
 class DataConfig:
-    name: str = "mnist5k"  # see fedrun.data (the registry checks the name)
+    name: str = "mnist5k"  # the dataset: a name of `fedrun list` or package.module:loader
     root: str | None = None  # local data root for on-disk datasets
-    num_clients: int = 100
-    partition: str = "dirichlet"  # see fedrun.data.partition.PARTITIONERS (the registry checks the name)
+    num_clients: int = 100  # N, the simulated clients
+    partition: str = "dirichlet"  # how examples become clients: iid, dirichlet, natural, shards, size_skew
     alpha: float = 0.3  # Dirichlet concentration over labels
     shards_per_client: int = 2  # shards: label-sorted shards per client (McMahan et al. 2017 use 2)
     size_sigma: float = 1.0  # size_skew: std of the log of the client sizes (lognormal); 0: equal sizes
@@ -127,7 +127,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "cnn_mnist"  # see fedrun.models.MODELS (the registry checks the name)
+    name: str = "cnn_mnist"  # the model: a name of `fedrun list` or package.module:factory
 
 
 @dataclass
@@ -136,13 +136,16 @@ class LocalConfig:
 
     steps: int = 10  # K local steps per round
     epochs: int | None = None  # if set, K_i = epochs * ceil(n_i / batch_size) (FedAdamom's local_ep)
-    batch_size: int = 32
+    batch_size: int = 32  # minibatch size of a local step
     lr: float = 0.05  # eta_l, or eta_0 of a schedule
+    # eta_l over the rounds: constant, inv_sqrt eta_0 / sqrt(t + 1), exponential eta_0 lr_decay^t
     lr_schedule: Literal["constant", "inv_sqrt", "exponential"] = "constant"
     lr_decay: float = 0.998  # per-round factor of the exponential schedule
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # L2 penalty added to every local gradient
     grad_clip: float = 0.0  # clip each raw gradient to this L2 norm; 0 disables
     momentum: float = 0.0  # local heavy-ball momentum, reset every round
+    # how a rank trains its clients: auto (time the applicable ones at start-up, keep the fastest), sequential,
+    # channels_last (CNNs), vmap (the cohort as one batched call)
     strategy: Literal["auto", "sequential", "channels_last", "vmap"] = "auto"
     shuffle: bool = True  # False: every epoch visits a client's examples in stored order (benchmarks)
 
@@ -162,14 +165,14 @@ class LocalConfig:
 class ParticipationConfig:
     """Which clients take part in each round (docs/participation.md)."""
 
-    pattern: str = "uniform"  # see fedrun.federation.participation.PATTERNS (the registry checks the name)
+    pattern: str = "uniform"  # who takes part when: a name of `fedrun list` or package.module:Class
     clients_per_round: int = 10  # S
     probability: float | None = None  # Bernoulli p for every client (default S / N)
     trace: str | None = None  # boolean [T, N] array (.npy or .csv) for pattern "trace"
     # per-client probabilities [N] (.npy or .csv): bernoulli p_i, sine base_i, markov stationary rate
     probability_file: str | None = None
     sine_amplitude: float = 0.3  # sine: p_i^t = base_i * (amplitude * sin(2 pi t / period) + offset)
-    sine_offset: float = 0.7
+    sine_offset: float = 0.7  # sine: see sine_amplitude
     sine_period: float = 10.0  # rounds
     cyclic_shuffle: bool = False  # cyclic: a fixed seeded permutation instead of the identity order
     markov_p_on: float | None = None  # markov off->on; default: stationary rate = probability or S/N
@@ -193,7 +196,7 @@ class ParticipationConfig:
 @dataclass
 class EvalConfig:
     every: int = 10  # evaluate the global model on the test set every this many rounds (and at the end)
-    batch_size: int = 1000
+    batch_size: int = 1000  # test examples per forward pass
     # personalization (needs data.client_test_fraction > 0): also evaluate each client's model after this
     # many local steps from the global model on its own training data (0: global model only)
     finetune_steps: int = 0
@@ -207,6 +210,10 @@ class EvalConfig:
 @dataclass
 class MetricsConfig:
     tensorboard: bool = False  # also write TensorBoard event files under <run.dir>/tensorboard
+    # also log parameters, per-round metrics, per-client arrays and provenance to MLflow: a tracking server
+    # (http://host:port) or a local store (a directory); null: off (docs/evaluation.md)
+    mlflow: str | None = None
+    mlflow_experiment: str = "fedrun"  # the MLflow experiment of the run (created when missing)
 
 
 @dataclass
@@ -226,10 +233,10 @@ class AsyncConfig:
     simulated duration, and the server steps whenever ``buffer_size`` updates have arrived; ``run.rounds``
     counts server steps."""
 
-    enabled: bool = False
+    enabled: bool = False  # buffered asynchronous server steps instead of synchronous rounds
     buffer_size: int = 5  # M (FADAS update_freq)
     concurrency: int = 10  # C: clients in flight (FADAS: max(floor(frac N), 1))
-    durations: Literal["classes", "constant"] = "classes"
+    durations: Literal["classes", "constant"] = "classes"  # how long a client trains: speed classes, or constant
     # speed classes: class c takes U(lo_c, hi_c) time units (FADAS code; [50, 80] for its large_delay)
     class_ranges: list[list[float]] = field(default_factory=lambda: [[1.0, 2.0], [3.0, 5.0], [5.0, 8.0]])
     class_scale: float = 1.0  # s: class shares drawn from Dirichlet(3s, 2s, s), then one class per client
@@ -254,7 +261,7 @@ class CorruptionConfig:
     """Clients that upload corrupted model deltas, to show an aggregator failing or holding
     (fedrun/federation/corruption.py, docs/algorithms.md). Off by default."""
 
-    kind: Literal["none", "sign_flip", "gaussian"] = "none"
+    kind: Literal["none", "sign_flip", "gaussian"] = "none"  # how corrupted clients corrupt their upload
     clients: list[int] | None = None  # the corrupted clients' ids ...
     fraction: float = 0.0  # ... or this share of the N clients, drawn once from the run seed
     scale: float = 1.0  # sign_flip: upload -scale * Delta_i; gaussian: upload scale * N(0, I)

@@ -31,6 +31,7 @@ from fedrun.errors import require
 @dataclass
 class FedAvgHparams:
     global_lr: float = 1.0  # eta_g
+    # how uploads are averaged: uniform 1/|S_t|, data_size n_i / sum n_j, average_all 1/N, known_prob 1/(N p_i)
     weighting: Literal["uniform", "data_size", "average_all", "known_prob"] = "uniform"
 
     def check(self) -> None:
