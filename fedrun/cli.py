@@ -12,6 +12,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from fedrun.errors import (
     EXIT_BAD_INPUT,
@@ -61,9 +62,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from fedrun.checkpoint import CheckpointError, CheckpointReader, describe_checkpoint
-    from fedrun.federation.snapshot import check_layout
+    from fedrun.federation.snapshot import check_layout, saved_config
 
     print(describe_checkpoint(args.checkpoint))
+    for field, digest in saved_config(Path(args.checkpoint)).get("plugins", {}).items():
+        print(f"  plugins/{field}: {digest}")  # module:Attr@sha256 of the plugin's source file
     with CheckpointReader(args.checkpoint) as reader:  # a checksum failure is an error (exit status 2)
         try:
             reader.verify()

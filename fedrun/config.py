@@ -23,7 +23,7 @@ import yaml
 
 from fedrun.algorithms import get_algorithm
 from fedrun.errors import ConfigError, require
-from fedrun.plugins import digests
+from fedrun.plugins import digests, is_import_path, load
 
 __all__ = ["Config", "ConfigError", "apply_override", "build_dataclass", "config_from_dict", "load_config"]
 
@@ -128,6 +128,8 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     name: str = "cnn_mnist"  # the model: a name of `fedrun list` or package.module:factory
+    # a plugin's own settings: its ``Settings`` dataclass, built from the section's other keys
+    settings: Any = field(default=None, init=False)
 
 
 @dataclass
@@ -178,6 +180,8 @@ class ParticipationConfig:
     markov_p_on: float | None = None  # markov off->on; default: stationary rate = probability or S/N
     markov_p_off: float = 0.5  # markov on->off
     markov_file: str | None = None  # markov: per-client [2, N] array (.npy): rows p_on, p_off
+    # a plugin's own settings: its ``Settings`` dataclass, built from the section's other keys
+    settings: Any = field(default=None, init=False)
 
     def check(self) -> None:
         require(self.clients_per_round >= 1, "participation.clients_per_round", "an integer >= 1",
@@ -315,6 +319,8 @@ class Config:
         out = dataclasses.asdict(self)
         algo = out.pop("algorithm")
         out["algorithm"] = {"name": algo["name"], **(algo["hparams"] or {})}
+        for section in PLUGIN_SETTINGS:  # a plugin's settings are keys of its section, as hparams are
+            out[section].update(out[section].pop("settings") or {})
         plugins = self.plugin_digests()
         if plugins:
             out["plugins"] = plugins
@@ -331,6 +337,7 @@ class Config:
 
 
 _SECTIONS = frozenset(f.name for f in dataclasses.fields(Config))
+PLUGIN_SETTINGS = {"model": "name", "participation": "pattern"}  # sections whose plugin may have ``Settings``
 
 
 # --------------------------------------------------------------------------------------------- loading
@@ -413,6 +420,10 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     partitioner and participation pattern are checked by their registries when the run is built."""
     data = dict(data)
     data.pop("plugins", None)  # derived from the code on the Python path (Config.to_dict), never a setting
+    extras = {}
+    for section in PLUGIN_SETTINGS:
+        if isinstance(data.get(section), dict):
+            data[section], extras[section] = _split_settings(section, data[section])
     algo_raw = data.pop("algorithm", None) or {}
     if not isinstance(algo_raw, dict):
         raise ConfigError(f"algorithm: expected a mapping, got {algo_raw!r}")
@@ -427,8 +438,32 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
     hparams = build_dataclass(algorithm.Hparams, algo_raw, "algorithm")
     cfg.algorithm = AlgorithmConfig(name=name, hparams=hparams)
+    for section, key in PLUGIN_SETTINGS.items():
+        settings_cls = plugin_settings(getattr(getattr(cfg, section), key), f"{section}.{key}")
+        if settings_cls is not None:
+            getattr(cfg, section).settings = build_dataclass(settings_cls, extras.get(section, {}), section)
+        elif extras.get(section):
+            allowed = ", ".join(sorted(f.name for f in dataclasses.fields(getattr(cfg, section)) if f.init))
+            raise ConfigError(f"{section}.{sorted(extras[section])[0]}: unknown key (allowed: {allowed})")
     check_all(cfg)
     return cfg
+
+
+def _split_settings(section: str, raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model/participation section's own keys, and the others (a plugin's settings, or unknown keys)."""
+    own = {f.name for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.init}
+    return {k: v for k, v in raw.items() if k in own}, {k: v for k, v in raw.items() if k not in own}
+
+
+def plugin_settings(value: str, field_name: str) -> type | None:
+    """The ``Settings`` dataclass of the plugin that config field ``field_name`` names, or None (a built-in
+    name, or a plugin without settings)."""
+    if not is_import_path(value):
+        return None
+    settings = getattr(load(value, field_name, "an importable plugin", lambda obj: True), "Settings", None)
+    if settings is not None and not (isinstance(settings, type) and dataclasses.is_dataclass(settings)):
+        raise ConfigError(f"{field_name}: {value}.Settings is {settings!r}; expected a dataclass of settings")
+    return settings
 
 
 def check_all(obj: Any) -> None:

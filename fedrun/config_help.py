@@ -50,7 +50,10 @@ def describe_keys(obj: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
     meanings = field_comments(type(obj))
     for f in dataclasses.fields(obj):
         value, key = getattr(obj, f.name), f"{prefix}{f.name}"
-        if isinstance(value, AlgorithmConfig):
+        if not f.init:  # a plugin's settings: keys of the section itself
+            if dataclasses.is_dataclass(value):
+                rows += describe_keys(value, prefix)
+        elif isinstance(value, AlgorithmConfig):
             rows.append((f"{key}.name", value.name, "the algorithm: a name of `fedrun list` or "
                                                      "package.module:Class (its own keys follow)"))
             if dataclasses.is_dataclass(value.hparams):

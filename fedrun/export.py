@@ -41,7 +41,7 @@ def export_model(source: str | Path, out: str | Path) -> tuple[Path, Path, int]:
     task = load_task(cfg.data, cfg.run.seed)
     torch.manual_seed(cfg.run.seed)
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
-    module = build_model(cfg.model.name, task.input_shape, task.num_classes).to(dtype=dtype)
+    module = build_model(cfg.model.name, task.input_shape, task.num_classes, cfg.model.settings).to(dtype=dtype)
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
