@@ -28,7 +28,8 @@ from fedrun.config import load_config
 from fedrun.config_help import describe_keys
 from fedrun.data import BUILTIN
 from fedrun.data.sources import DATASETS
-from fedrun.federation.participation import PATTERNS
+from fedrun.federation.participation import PATTERNS, make_participation
+from fedrun.federation.participation_stats import save_participation_png
 from fedrun.models import MODELS, build_model
 
 # a round of about a second on one CPU core: a second Ctrl-C lands inside a round, not after the run
@@ -255,3 +256,14 @@ def test_local_executor_honours_array_parallelism(tmp_path):
     spans.sort()
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= int(end) - 1, spans  # one run at a time (start times have whole seconds)
+
+
+def test_participation_plot_counts_rounds_from_1(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    titles, save = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (titles.append(fig.axes[0].get_title()),
+                                                                 save(fig, *a, **k)))
+    cfg = load_config(None, ["data.num_clients=6", "participation.clients_per_round=2"])
+    save_participation_png(make_participation(cfg.participation, 6, 0, 30), 30, tmp_path / "p.png", window=(10, 20))
+    assert titles == ["participation: uniform (N=6, rounds 11..20)"] and (tmp_path / "p.png").is_file()

@@ -80,8 +80,9 @@ def format_description(stats: dict[str, Any] | Sequence[dict[str, Any]]) -> str:
 
 def save_participation_png(participation: Participation, rounds: int, path: str | Path,
                            window: tuple[int, int] | None = None) -> Path:
-    """Draw who participated when: a clients x rounds raster over ``window`` = [start, stop) rounds
-    (default the first min(rounds, 200)), with the cohort size underneath. Matplotlib Agg, no pyplot."""
+    """Draw who participated when: a clients x rounds raster over ``window`` = [start, stop) 0-based round
+    indices (default the first min(rounds, 200)), labelled as rounds start + 1 .. stop (rounds count from 1
+    in every output), with the cohort size underneath. Matplotlib Agg, no pyplot."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
