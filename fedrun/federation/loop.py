@@ -99,6 +99,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
             return _result(setup, state, cfg, rounds_run=0)
         if world.is_root and progress:
             print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
+    # an unreachable tracking URI is bad input: refused before anything is written, on every rank
+    tracker = decided_by_root(world, lambda: MlflowLog(run_dir if cfg.metrics.mlflow else None, cfg))
     if run_dir is not None and world.is_root:
         if path is not None:
             metrics.sync(state.metrics)
@@ -113,7 +115,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     root_dir = run_dir if world.is_root else None
     clients = ClientMetricsFile(root_dir, setup.client_eval.counts, resumed) if setup.client_eval else None
     board = TensorBoardLog(root_dir if cfg.metrics.tensorboard else None, state.next_round + 1)
-    tracker = MlflowLog(root_dir if cfg.metrics.mlflow else None, cfg, runtime.data["provenance"])
+    if tracker is not None:
+        tracker.log_provenance(runtime.data["provenance"])
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
         print(f"fedrun: local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
@@ -131,7 +134,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
                     if clients is not None and arrays:
                         clients.append(entry["round"], arrays)
                     board.write(entry, arrays)
-                    tracker.write(entry, arrays)
+                    if tracker is not None:
+                        tracker.write(entry, arrays)
                     if bar is not None:
                         bar.update(entry)
                 if callback is not None:  # rank 0 asks it, every rank learns the answer
@@ -152,7 +156,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
                 remove_stale_temporaries(run_dir)
             raise
         finally:
-            tracker.close(finished=state.next_round == cfg.run.rounds)
+            if tracker is not None:
+                tracker.close(finished=state.next_round == cfg.run.rounds)
     board.close()
     runtime.finish()
     return _result(setup, state, cfg, rounds_run=state.next_round - first, stopped=halted)
@@ -175,33 +180,45 @@ def _final(metrics: list[dict[str, Any]]) -> str:
 def start_point(cfg: Config, world: World, run_dir: Path | None, resume: str | None,
                 accept_changes: tuple[str, ...]) -> tuple[Path | None, list[resume_policy.Change]]:
     """The checkpoint to resume from (None: a fresh run) and the setting changes the resume policy accepts
-    (rank 0's list).
+    (rank 0's list; decided by rank 0, :func:`decided_by_root`).
 
     A fresh run refuses a run directory that holds checkpoints; a resume refuses ``run.rounds`` below the
-    rounds its checkpoint has done, and the changes the policy refuses. Rank 0 decides and every rank
-    learns the outcome, so that a refusal is one line (reported once) and every rank leaves together."""
-    found, changes, failure = None, [], None
+    rounds its checkpoint has done, and the changes the policy refuses."""
+
+    def decide() -> tuple[Path | None, list[resume_policy.Change]]:
+        if resume is None:
+            if run_dir is not None and list_checkpoints(run_dir):
+                raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
+                                  "--resume auto or choose another run.dir")
+            return None, []
+        found = snapshot.locate(run_dir, resume)
+        if found is None:
+            return None, []
+        done = snapshot.rounds_done(found)
+        if cfg.run.rounds < done:
+            raise ConfigError(f"run.rounds: expected an integer >= {done} (checkpoint {found.name} has done "
+                              f"{done} rounds; a resumed run cannot be shorter), got {cfg.run.rounds}")
+        return found, resume_policy.check(snapshot.saved_config(found), cfg.to_dict(), accept_changes, found.name)
+
+    decided = decided_by_root(world, decide)
+    found = world.broadcast_object(decided[0] if world.is_root else None)
+    return found, decided[1] if world.is_root else []
+
+
+def decided_by_root(world: World, decide: Callable[[], Any]) -> Any:
+    """``decide()`` on rank 0 (None elsewhere). A :class:`ConfigError` or :class:`CheckpointError` it raises is
+    raised on every rank after a broadcast, so that a refusal is one line (reported once) and every rank
+    leaves together."""
+    value, failure = None, None
     if world.is_root:
         try:
-            if resume is None:
-                if run_dir is not None and list_checkpoints(run_dir):
-                    raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
-                                      "--resume auto or choose another run.dir")
-            else:
-                found = snapshot.locate(run_dir, resume)
-            if found is not None:
-                done = snapshot.rounds_done(found)
-                if cfg.run.rounds < done:
-                    raise ConfigError(f"run.rounds: expected an integer >= {done} (checkpoint {found.name} has done "
-                                      f"{done} rounds; a resumed run cannot be shorter), got {cfg.run.rounds}")
-                changes = resume_policy.check(snapshot.saved_config(found), cfg.to_dict(), accept_changes,
-                                              found.name)
+            value = decide()
         except (ConfigError, CheckpointError) as exc:
             failure = (type(exc), str(exc))
-    found, failure = world.broadcast_object((found, failure))
+    failure = world.broadcast_object(failure)
     if failure is not None:
         raise on_every_rank(failure[0](failure[1]))
-    return found, changes
+    return value
 
 
 class RuntimeLog:

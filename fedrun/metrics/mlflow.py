@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -32,13 +33,17 @@ RUN_FILE = "mlflow_run.json"
 
 
 class MlflowLog:
-    def __init__(self, run_dir: Path | None, cfg: Config, provenance: dict[str, Any]) -> None:
-        """``run_dir``: rank 0's run directory (None: log nothing)."""
+    def __init__(self, run_dir: Path | None, cfg: Config) -> None:
+        """Start (or, on resume, continue) the MLflow run and log the parameters; ``run_dir``: the run
+        directory (None: log nothing). An unreachable URI is a :class:`ConfigError`."""
         self.client = None
         self.run_id = ""
         if run_dir is None:
             return
         uri = cfg.metrics.mlflow
+        # MLflow retries a failed request 7 times with doubling waits (minutes); 3 keeps an unreachable
+        # server a one-line error within seconds, and still rides out a brief hiccup mid-run
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
         try:
             from mlflow.entities import Metric, RunStatus
             from mlflow.tracking import MlflowClient
@@ -61,13 +66,22 @@ class MlflowLog:
             record.write_text(json.dumps({"tracking_uri": uri, "run_id": self.run_id}) + "\n")
             params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in flatten(cfg.to_dict()).items()}
             self.client.log_batch(self.run_id, params=[_param(k, v) for k, v in params.items()])
+        except Exception as exc:
+            raise ConfigError(f"metrics.mlflow: cannot start an MLflow run at {uri!r}: {type(exc).__name__}: "
+                              f"{' '.join(str(exc).split())[:300]}") from None
+
+    def log_provenance(self, provenance: dict[str, Any]) -> None:
+        """``provenance.json`` and its scalar fields as ``provenance.*`` tags."""
+        if self.client is None:
+            return
+        try:
             self.client.log_dict(self.run_id, provenance, "provenance.json")
             for key, value in flatten(provenance).items():
                 if isinstance(value, (str, int, float)) and value != "":
                     self.client.set_tag(self.run_id, f"provenance.{key}", str(value)[:5000])
         except Exception as exc:
-            raise ConfigError(f"metrics.mlflow: cannot start an MLflow run at {uri!r}: {type(exc).__name__}: "
-                              f"{' '.join(str(exc).split())[:300]}") from None
+            raise RunFailure(f"metrics.mlflow: logging the provenance failed: {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:300]}") from None
 
     def write(self, entry: dict[str, Any], arrays: dict[str, np.ndarray] | None) -> None:
         """The round's numeric fields as metrics (step = round) and its per-client arrays as an artifact."""
