@@ -160,7 +160,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
                 tracker.close(finished=state.next_round == cfg.run.rounds)
     board.close()
     runtime.finish()
-    return _result(setup, state, cfg, rounds_run=state.next_round - first, stopped=halted)
+    return _result(setup, state, cfg, rounds_run=state.next_round - first,
+                   stopped=state.next_round < cfg.run.rounds)  # by the callback
 
 
 def _result(setup: Setup, state: RunState, cfg: Config, rounds_run: int, stopped: bool = False) -> RunResult:
