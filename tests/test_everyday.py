@@ -214,8 +214,8 @@ def test_config_defaults_lists_every_key_with_its_default_and_meaning(capsys):
 
 
 def test_help_is_written_for_users(capsys):
-    main = run_ranks(0, ["-m", "fedrun", "--help"]).stdout
-    assert "Argument parsing" not in main and "fedrun list" in main and "Ctrl-C" in main
+    usage = run_ranks(0, ["-m", "fedrun", "--help"]).stdout
+    assert "Argument parsing" not in usage and "fedrun list" in usage and "Ctrl-C" in usage
     with pytest.raises(SystemExit):
         main(["report", "--help"])
     report = capsys.readouterr().out
