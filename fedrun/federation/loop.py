@@ -100,7 +100,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
         if world.is_root and progress:
             print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
     # an unreachable tracking URI is bad input: refused before anything is written, on every rank
-    tracker = decided_by_root(world, lambda: MlflowLog(run_dir if cfg.metrics.mlflow else None, cfg))
+    tracker = decided_by_root(world, lambda: MlflowLog(run_dir if cfg.metrics.mlflow else None, cfg.metrics,
+                                                       cfg.run.name, resume_policy.flatten(cfg.to_dict())))
     if run_dir is not None and world.is_root:
         if path is not None:
             metrics.sync(state.metrics)
@@ -116,7 +117,7 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     clients = ClientMetricsFile(root_dir, setup.client_eval.counts, resumed) if setup.client_eval else None
     board = TensorBoardLog(root_dir if cfg.metrics.tensorboard else None, state.next_round + 1)
     if tracker is not None:
-        tracker.log_provenance(runtime.data["provenance"])
+        tracker.log_provenance(runtime.data["provenance"], resume_policy.flatten(runtime.data["provenance"]))
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
         print(f"fedrun: local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)

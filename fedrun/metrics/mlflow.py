@@ -25,22 +25,22 @@ from typing import Any
 
 import numpy as np
 
-from fedrun.config import Config
+from fedrun.config import MetricsConfig
 from fedrun.errors import ConfigError, RunFailure
-from fedrun.federation.resume import flatten
 
 RUN_FILE = "mlflow_run.json"
 
 
 class MlflowLog:
-    def __init__(self, run_dir: Path | None, cfg: Config) -> None:
-        """Start (or, on resume, continue) the MLflow run and log the parameters; ``run_dir``: the run
-        directory (None: log nothing). An unreachable URI is a :class:`ConfigError`."""
+    def __init__(self, run_dir: Path | None, cfg: MetricsConfig, run_name: str, params: dict[str, Any]) -> None:
+        """Start (or, on resume, continue) the MLflow run ``run_name`` and log ``params`` (the resolved config,
+        dotted keys); ``run_dir``: the run directory (None: log nothing). An unreachable URI is a
+        :class:`ConfigError`."""
         self.client = None
         self.run_id = ""
         if run_dir is None:
             return
-        uri = cfg.metrics.mlflow
+        uri = cfg.mlflow
         # MLflow retries a failed request 7 times with doubling waits (minutes); 3 keeps an unreachable
         # server a one-line error within seconds, and still rides out a brief hiccup mid-run
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
@@ -59,24 +59,24 @@ class MlflowLog:
                 self.run_id = previous["run_id"]
                 self.client.update_run(self.run_id, status="RUNNING")
                 return
-            name = cfg.metrics.mlflow_experiment
+            name = cfg.mlflow_experiment
             experiment = self.client.get_experiment_by_name(name)
             experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
-            self.run_id = self.client.create_run(experiment_id, run_name=cfg.run.name).info.run_id
+            self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
             record.write_text(json.dumps({"tracking_uri": uri, "run_id": self.run_id}) + "\n")
-            params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in flatten(cfg.to_dict()).items()}
-            self.client.log_batch(self.run_id, params=[_param(k, v) for k, v in params.items()])
+            self.client.log_batch(self.run_id, params=[
+                _param(k, v if isinstance(v, str) else json.dumps(v)) for k, v in params.items()])
         except Exception as exc:
             raise ConfigError(f"metrics.mlflow: cannot start an MLflow run at {uri!r}: {type(exc).__name__}: "
                               f"{' '.join(str(exc).split())[:300]}") from None
 
-    def log_provenance(self, provenance: dict[str, Any]) -> None:
-        """``provenance.json`` and its scalar fields as ``provenance.*`` tags."""
+    def log_provenance(self, provenance: dict[str, Any], fields: dict[str, Any]) -> None:
+        """``provenance.json``, and ``fields`` (its dotted scalar fields) as ``provenance.*`` tags."""
         if self.client is None:
             return
         try:
             self.client.log_dict(self.run_id, provenance, "provenance.json")
-            for key, value in flatten(provenance).items():
+            for key, value in fields.items():
                 if isinstance(value, (str, int, float)) and value != "":
                     self.client.set_tag(self.run_id, f"provenance.{key}", str(value)[:5000])
         except Exception as exc:
