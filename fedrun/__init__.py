@@ -20,7 +20,11 @@ def __getattr__(name: str) -> Any:
         from fedrun import api
 
         return getattr(api, name)
-    if name in ("Config", "ConfigError", "load_config"):
+    if name == "ConfigError":
+        from fedrun.errors import ConfigError
+
+        return ConfigError
+    if name in ("Config", "load_config"):
         from fedrun import config
 
         return getattr(config, name)

@@ -11,9 +11,10 @@ from typing import IO
 
 import torch.distributed as dist
 
-from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
+from fedrun.config import Config, apply_override, config_from_dict, load_config
 from fedrun.errors import (
     DISK_ERRORS,
+    ConfigError,
     RunFailure,
     exit_code,
     one_line,
@@ -24,8 +25,9 @@ from fedrun.errors import (
 )
 from fedrun.federation.loop import RoundCallback, RunResult, train
 from fedrun.metrics.log import standard
+from fedrun.runtime.failures import claim_failure_report, failure_reported, lost_ranks
 from fedrun.runtime.signals import StopSignals
-from fedrun.runtime.world import World, claim_failure_report, failure_reported, init_world, lost_ranks
+from fedrun.runtime.world import World, init_world
 
 
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),

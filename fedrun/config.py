@@ -6,7 +6,8 @@ names the field (``local.lr: expected a number > 0, got -1``).
 
 The ``algorithm`` section is open-ended: ``name`` selects an algorithm (a registered name or a plugin's
 ``package.module:Class``) and the remaining keys are validated against that algorithm's own ``Hparams``
-dataclass (see ``fedrun.algorithms``).
+dataclass (see ``fedrun.algorithms``). The algorithm is resolved only then, inside
+:func:`config_from_dict`: importing this module imports neither torch nor any algorithm.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ from typing import Any, Literal
 
 import yaml
 
-from fedrun.algorithms import get_algorithm
 from fedrun.errors import ConfigError, require
 from fedrun.plugins import digests, is_import_path, load
 
-__all__ = ["Config", "ConfigError", "apply_override", "build_dataclass", "config_from_dict", "load_config"]
+__all__ = ["Config", "apply_override", "build_dataclass", "config_from_dict", "load_config"]
 
 
 # --------------------------------------------------------------------------------------------- sections
@@ -308,6 +308,9 @@ class Config:
         require(self.eval.finetune_steps == 0 or self.data.client_test_fraction > 0, "eval.finetune_steps",
                 "0 unless data.client_test_fraction > 0 (personalized models are evaluated on per-client "
                 "test data)", self.eval.finetune_steps)
+        require(not (self.asynchrony.enabled and self.run.skip_nonfinite_clients), "run.skip_nonfinite_clients",
+                "false with asynchrony.enabled (an upload is consumed steps after its client's new state was "
+                "stored, so it cannot be dropped)", self.run.skip_nonfinite_clients)
 
     def run_dir(self) -> Path:
         return Path(self.run.dir.format(name=self.run.name, seed=self.run.seed))
@@ -432,6 +435,8 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     name = algo_raw.pop("name", "fedavg")
     if not isinstance(name, str):
         raise ConfigError(f"algorithm.name: expected a string, got {name!r}")
+    from fedrun.algorithms import get_algorithm  # here, not at import: reading a config needs no torch
+
     try:
         algorithm = get_algorithm(name)
     except KeyError as exc:

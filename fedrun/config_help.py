@@ -47,7 +47,10 @@ def field_comments(cls: type) -> dict[str, str]:
 def describe_keys(obj: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
     """``[(dotted key, value, meaning)]`` of every leaf field of config dataclass ``obj``, in order."""
     rows: list[tuple[str, Any, str]] = []
-    meanings = field_comments(type(obj))
+    meanings = {}
+    for cls in reversed(type(obj).__mro__):  # inherited fields (a shared Hparams base) first, then overrides
+        if dataclasses.is_dataclass(cls):
+            meanings.update(field_comments(cls))
     for f in dataclasses.fields(obj):
         value, key = getattr(obj, f.name), f"{prefix}{f.name}"
         if not f.init:  # a plugin's settings: keys of the section itself

@@ -11,6 +11,7 @@ Every message is meant to be read as one line: it names the field or file and wh
 from __future__ import annotations
 
 import errno
+import pickle
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +43,26 @@ class DataError(_OneLine, ValueError):
 
 class CheckpointError(_OneLine, Exception):
     """Any problem writing, opening, reading or verifying a checkpoint."""
+
+
+class SweepError(ValueError):
+    """The sweep file is invalid; the message names the key."""
+
+
+class SweepTaskError(SweepError):
+    """One or more tasks of a sweep are invalid; ``lines`` holds one line per bad task."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+class UnsafePickleError(pickle.UnpicklingError):
+    """A pickled dataset file asked for a global outside the allow-list."""
+
+
+class LaunchError(RuntimeError):
+    """The launcher environment is inconsistent (one line naming the variable)."""
 
 
 class NumericalError(RuntimeError):

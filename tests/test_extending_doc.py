@@ -80,7 +80,8 @@ def test_the_page_builds_the_package_and_its_commands_run_as_written(tmp_path):
 
 
 def test_the_pages_error_lines_are_what_fedrun_says(monkeypatch):
-    from fedrun.config import ConfigError, load_config
+    from fedrun.config import load_config
+    from fedrun.errors import ConfigError
 
     monkeypatch.syspath_prepend(str(REPO / "examples"))
     lines = next(t for lang, t in blocks() if lang == "" and "model.width: expected" in t).splitlines()

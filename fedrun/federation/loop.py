@@ -168,7 +168,7 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
 def _result(setup: Setup, state: RunState, cfg: Config, rounds_run: int, stopped: bool = False) -> RunResult:
     x = setup.exchange.global_model().detach().cpu().numpy().copy()
     return RunResult(x=x, metrics=state.metrics if setup.world.is_root else [], config=cfg, rank=setup.world.rank,
-                     rounds_run=rounds_run, stopped=stopped, module=setup.model.module)
+                     rounds_run=rounds_run, stopped=stopped, module=setup.learner.model.module)
 
 
 def _final(metrics: list[dict[str, Any]]) -> str:
@@ -236,7 +236,7 @@ class RuntimeLog:
             "provenance": provenance(self.world),  # collective: the ranks' host names
             "ranks": self.world.size, "device": str(self.world.device), "backend": self.world.backend,
             "launcher": self.world.launcher, "network": self.world.network,
-            "placement": setup.placement, "blocks": setup.blocks, "dim": setup.dim,
+            "placement": setup.placement.mode, "blocks": setup.placement.blocks, "dim": setup.dim,
             "client_state_bytes_per_rank": state.clients.nbytes,
             "local_strategy": state.strategy, "strategy_timings_s": setup.strategy_timings,
             "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],

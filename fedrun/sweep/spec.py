@@ -32,9 +32,7 @@ from typing import Any
 
 import yaml
 
-
-class SweepError(ValueError):
-    """The sweep file is invalid; the message names the key."""
+from fedrun.errors import SweepError
 
 
 @dataclass
