@@ -1,20 +1,23 @@
 """Command line: ``python -m fedrun <command> ...``. Argument parsing and error reporting only.
 
 Exit statuses are listed in :mod:`fedrun.errors` (0 ok, 1 failure, 2 bad input, 3 NaN/Inf,
-75 stopped by a signal after a checkpoint: requeue).
+75 stopped by a signal after a checkpoint: requeue; 130 stopped at once by a second Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from fedrun.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     ConfigError,
     RunFailure,
@@ -38,24 +41,33 @@ def _launcher_rank() -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from fedrun.runtime.signals import StopSignals
 
-    with StopSignals() as signals:  # before torch is imported: a signal during start-up is not lost
+    # before torch is imported: a signal during start-up is not lost
+    with StopSignals(announce=_launcher_rank() == 0) as signals:
         from fedrun.api import run
         from fedrun.config import load_config
 
         accept = tuple(k.strip() for k in (args.accept_changes or "").split(",") if k.strip())
         if accept and args.resume is None:
             raise ConfigError("--accept-changes: only with --resume (it accepts changed settings of a resumed run)")
-        run(load_config(args.config, args.overrides), progress=not args.quiet, resume=args.resume,
-            signals=signals, accept_changes=accept)
+        try:
+            run(load_config(args.config, args.overrides), progress=not args.quiet, resume=args.resume,
+                signals=signals, accept_changes=accept)
+        except KeyboardInterrupt:
+            if _launcher_rank() == 0:
+                report("fedrun: stopped at once by a second Ctrl-C, without a checkpoint of the rounds since the "
+                       "last one (the checkpoints written before are intact; resume with --resume auto)")
+            return EXIT_INTERRUPTED
     return EXIT_OK
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from fedrun.checkpoint import CheckpointReader, describe_checkpoint
     from fedrun.errors import CheckpointError
-    from fedrun.federation.snapshot import check_layout
+    from fedrun.federation.snapshot import check_layout, saved_config
 
     print(describe_checkpoint(args.checkpoint))
+    for field, digest in saved_config(Path(args.checkpoint)).get("plugins", {}).items():
+        print(f"  plugins/{field}: {digest}")  # module:Attr@sha256 of the plugin's source file
     with CheckpointReader(args.checkpoint) as reader:  # a checksum failure is an error (exit status 2)
         try:
             reader.verify()
@@ -63,6 +75,34 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise CheckpointError(f"{exc} (the listing above marks every failed dataset)") from None
         check_layout(reader)  # so is a missing or misshapen dataset
     print("  layout: complete (every dataset the algorithm, schedule and history need, with its shape)")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from fedrun.export import export_model
+
+    checkpoint, out, done = export_model(args.run, args.out)
+    print(f"saved the global model after round {done} ({checkpoint}) as a state_dict to {out}")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from fedrun.catalog import format_catalog
+
+    print(format_catalog())
+    return EXIT_OK
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from fedrun.config import load_config
+
+    cfg = load_config(args.config, args.overrides)
+    if args.defaults:
+        from fedrun.config_help import format_keys
+
+        print(format_keys(cfg))
+    else:
+        print(cfg.to_yaml(), end="")
     return EXIT_OK
 
 
@@ -113,6 +153,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "participation": cmd_participation,
     "data": cmd_data,
     "inspect": cmd_inspect,
+    "export": cmd_export,
+    "list": cmd_list,
+    "config": cmd_config,
 }
 
 
@@ -125,14 +168,29 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(EXIT_BAD_INPUT)
 
 
+DESCRIPTION = """\
+fedrun runs federated-learning experiments: simulated clients on MPI ranks (or one process), an algorithm
+from `fedrun list` or your own plugin, checkpoints you can resume bit for bit.
+
+  fedrun train --config configs/quickstart.yaml local.lr=0.02     one run (mpiexec -n 2 ... for 2 ranks)
+  fedrun train --config ... --resume auto                         continue a stopped run
+  fedrun list                                                     algorithms, patterns, models, datasets
+  fedrun config --defaults                                        every config key, its default, its meaning
+  fedrun export runs/quickstart --out model.pt                    the trained model as a state_dict
+
+Ctrl-C (like SIGTERM) stops after the current round with a checkpoint (exit status 75); a second Ctrl-C
+stops at once (130). Exit statuses: 0 ok, 1 failure, 2 bad input, 3 NaN/Inf."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="fedrun", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="run one federated training job (under mpiexec/srun for several ranks)")
+    parser = _Parser(prog="fedrun", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("train", help="run one federated training job (under mpiexec/srun/torchrun for several ranks)")
     p.add_argument("--config", help="YAML config file (defaults apply to missing keys)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--resume", metavar="auto|PATH",
-                   help="continue from the newest valid checkpoint of run.dir (auto) or from PATH")
+                   help="continue from the newest valid checkpoint of run.dir (auto; a fresh run when there is "
+                        "none) or from PATH; a finished run says so and exits 0")
     p.add_argument("--accept-changes", metavar="KEY[,KEY...]",
                    help="with --resume: accept these changed settings that define the trajectory "
                         "(e.g. local.lr); recorded in config_history.jsonl")
@@ -154,6 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
                                        "differences (exit 0: identical, 1: they differ)")
     p.add_argument("run_a", help="a run directory")
     p.add_argument("run_b", help="another run directory")
+    p = sub.add_parser("export", help="write a run's trained global model as a PyTorch state_dict file")
+    p.add_argument("run", help="a run directory (its newest valid checkpoint) or a ckpt_*.h5 file")
+    p.add_argument("--out", required=True, help="the state_dict file to write, e.g. model.pt "
+                                                "(load it with module.load_state_dict(torch.load(path)))")
+    sub.add_parser("list", help="the built-in algorithms, participation patterns, models and datasets")
+    p = sub.add_parser("config", help="print the resolved config, or with --defaults every key and what it means")
+    p.add_argument("--config", help="YAML config file (default: the defaults)")
+    p.add_argument("--defaults", action="store_true",
+                   help="one line per key: key, value (the default unless --config/overrides change it), meaning")
+    p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. algorithm.name=fedadam "
+                                                "(shows that algorithm's own keys)")
     return parser
 
 
@@ -187,10 +256,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv[:1] and argv[0] in DELEGATED:
-            return _delegated(argv[0])(argv[1:])
-        return COMMANDS[(args := parse(argv)).command](args)
+            code = _delegated(argv[0])(argv[1:])
+        else:
+            code = COMMANDS[(args := parse(argv)).command](args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (fedrun inspect ... | head -1): nothing more to say
+        _quiet_stdout()
+        return EXIT_OK
     except Exception as exc:
         code = exit_code(exc)
         if _launcher_rank() == 0:
@@ -198,6 +273,15 @@ def main(argv: list[str] | None = None) -> int:
             if (code == EXIT_FAILURE and not isinstance(exc, RunFailure)) or os.environ.get("FEDRUN_DEBUG"):
                 traceback.print_exc()
         return code
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's flush at exit does not raise into a closed pipe again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError as exc:
+        if exc.errno != errno.EBADF:
+            raise
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from fedrun.errors import ConfigError, require
-from fedrun.plugins import digests
+from fedrun.plugins import digests, is_import_path, load
 
 __all__ = ["Config", "apply_override", "build_dataclass", "config_from_dict", "load_config"]
 
@@ -33,12 +33,12 @@ __all__ = ["Config", "apply_override", "build_dataclass", "config_from_dict", "l
 
 @dataclass
 class RunConfig:
-    name: str = "run"
+    name: str = "run"  # the run's name: fills "{name}" in run.dir, names the MLflow run
     dir: str = "runs/{name}"  # run directory; "{name}" and "{seed}" are filled in
-    seed: int = 0
-    rounds: int = 100
-    dtype: Literal["float32", "float64"] = "float32"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0  # every random stream (data, partition, model init, participation) derives from it
+    rounds: int = 100  # T, the rounds to run (asynchrony: server steps)
+    dtype: Literal["float32", "float64"] = "float32"  # of the model, client state and communication
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: one GPU per rank when there are GPUs, else CPU
     threads: int = 1  # torch intra-op threads per rank
     timeout_s: float = 120.0  # collective / rendezvous timeout: a missing peer is an error after this
     log_every: int = 1  # progress line every this many rounds (rank 0)
@@ -62,9 +62,9 @@ class SyntheticConfig:
     """Class-conditional Gaussian images or features (bench/README.md, W1/W2), generated from the run seed."""
 
     shape: list[int] = field(default_factory=lambda: [3, 32, 32])  # [C, H, W] or [features]
-    num_classes: int = 10
-    examples_per_client: int = 50
-    test_examples: int = 1000
+    num_classes: int = 10  # classes of the generated labels
+    examples_per_client: int = 50  # training examples of every client
+    test_examples: int = 1000  # examples of the global test set
     noise: float = 1.0  # std of the Gaussian around each class mean
 
     def check(self) -> None:
@@ -86,7 +86,7 @@ class LeastSquaresConfig:
     rows_per_client: int = 8  # m
     dim: int = 5  # d
     heterogeneity: float = 1.0  # scale of the per-client shift of b_i (0: every client has the same x*)
-    noise: float = 0.1
+    noise: float = 0.1  # std of the Gaussian noise added to b_i
 
     def check(self) -> None:
         require(self.rows_per_client >= 1, "data.least_squares.rows_per_client", "an integer >= 1",
@@ -99,10 +99,10 @@ class LeastSquaresConfig:
 
 @dataclass
 class DataConfig:
-    name: str = "mnist5k"  # see fedrun.data (the registry checks the name)
+    name: str = "mnist5k"  # the dataset: a name of `fedrun list` or package.module:loader
     root: str | None = None  # local data root for on-disk datasets
-    num_clients: int = 100
-    partition: str = "dirichlet"  # see fedrun.data.partition.PARTITIONERS (the registry checks the name)
+    num_clients: int = 100  # N, the simulated clients
+    partition: str = "dirichlet"  # how examples become clients: iid, dirichlet, natural, shards, size_skew
     alpha: float = 0.3  # Dirichlet concentration over labels
     shards_per_client: int = 2  # shards: label-sorted shards per client (McMahan et al. 2017 use 2)
     size_sigma: float = 1.0  # size_skew: std of the log of the client sizes (lognormal); 0: equal sizes
@@ -127,7 +127,9 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "cnn_mnist"  # see fedrun.models.MODELS (the registry checks the name)
+    name: str = "cnn_mnist"  # the model: a name of `fedrun list` or package.module:factory
+    # a plugin's own settings: its ``Settings`` dataclass, built from the section's other keys
+    settings: Any = field(default=None, init=False)
 
 
 @dataclass
@@ -136,14 +138,17 @@ class LocalConfig:
 
     steps: int = 10  # K local steps per round
     epochs: int | None = None  # if set, K_i = epochs * ceil(n_i / batch_size) (FedAdamom's local_ep)
-    batch_size: int = 32
+    batch_size: int = 32  # minibatch size of a local step
     lr: float = 0.05  # eta_l, or eta_0 of a schedule
+    # eta_l over the rounds: constant, inv_sqrt eta_0 / sqrt(t + 1), exponential eta_0 lr_decay^t
     lr_schedule: Literal["constant", "inv_sqrt", "exponential"] = "constant"
     lr_decay: float = 0.998  # per-round factor of the exponential schedule
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # L2 penalty added to every local gradient
     grad_clip: float = 0.0  # clip each raw gradient to this L2 norm; 0 disables
     momentum: float = 0.0  # local heavy-ball momentum, reset every round
-    # auto: the neighbour-independent strategy of the model (same bits on any number of ranks); fastest: timed
+    # how a rank trains its clients: auto (the model's neighbour-independent strategy: channels_last for CNNs on
+    # images, else sequential; the same bits on any number of ranks), fastest (time the applicable ones at
+    # start-up, keep the fastest), sequential, channels_last (CNNs), vmap (the cohort as one batched call)
     strategy: Literal["auto", "fastest", "sequential", "channels_last", "vmap"] = "auto"
     shuffle: bool = True  # False: every epoch visits a client's examples in stored order (benchmarks)
 
@@ -163,19 +168,21 @@ class LocalConfig:
 class ParticipationConfig:
     """Which clients take part in each round (docs/participation.md)."""
 
-    pattern: str = "uniform"  # see fedrun.federation.participation.PATTERNS (the registry checks the name)
+    pattern: str = "uniform"  # who takes part when: a name of `fedrun list` or package.module:Class
     clients_per_round: int = 10  # S
     probability: float | None = None  # Bernoulli p for every client (default S / N)
     trace: str | None = None  # boolean [T, N] array (.npy or .csv) for pattern "trace"
     # per-client probabilities [N] (.npy or .csv): bernoulli p_i, sine base_i, markov stationary rate
     probability_file: str | None = None
     sine_amplitude: float = 0.3  # sine: p_i^t = base_i * (amplitude * sin(2 pi t / period) + offset)
-    sine_offset: float = 0.7
+    sine_offset: float = 0.7  # sine: see sine_amplitude
     sine_period: float = 10.0  # rounds
     cyclic_shuffle: bool = False  # cyclic: a fixed seeded permutation instead of the identity order
     markov_p_on: float | None = None  # markov off->on; default: stationary rate = probability or S/N
     markov_p_off: float = 0.5  # markov on->off
     markov_file: str | None = None  # markov: per-client [2, N] array (.npy): rows p_on, p_off
+    # a plugin's own settings: its ``Settings`` dataclass, built from the section's other keys
+    settings: Any = field(default=None, init=False)
 
     def check(self) -> None:
         require(self.clients_per_round >= 1, "participation.clients_per_round", "an integer >= 1",
@@ -194,7 +201,7 @@ class ParticipationConfig:
 @dataclass
 class EvalConfig:
     every: int = 10  # evaluate the global model on the test set every this many rounds (and at the end)
-    batch_size: int = 1000
+    batch_size: int = 1000  # test examples per forward pass
     # personalization (needs data.client_test_fraction > 0): also evaluate each client's model after this
     # many local steps from the global model on its own training data (0: global model only)
     finetune_steps: int = 0
@@ -208,6 +215,10 @@ class EvalConfig:
 @dataclass
 class MetricsConfig:
     tensorboard: bool = False  # also write TensorBoard event files under <run.dir>/tensorboard
+    # also log parameters, per-round metrics, per-client arrays and provenance to MLflow: a tracking server
+    # (http://host:port) or a local store (a directory); null: off (docs/evaluation.md)
+    mlflow: str | None = None
+    mlflow_experiment: str = "fedrun"  # the MLflow experiment of the run (created when missing)
 
 
 @dataclass
@@ -227,10 +238,10 @@ class AsyncConfig:
     simulated duration, and the server steps whenever ``buffer_size`` updates have arrived; ``run.rounds``
     counts server steps."""
 
-    enabled: bool = False
+    enabled: bool = False  # buffered asynchronous server steps instead of synchronous rounds
     buffer_size: int = 5  # M (FADAS update_freq)
     concurrency: int = 10  # C: clients in flight (FADAS: max(floor(frac N), 1))
-    durations: Literal["classes", "constant"] = "classes"
+    durations: Literal["classes", "constant"] = "classes"  # how long a client trains: speed classes, or constant
     # speed classes: class c takes U(lo_c, hi_c) time units (FADAS code; [50, 80] for its large_delay)
     class_ranges: list[list[float]] = field(default_factory=lambda: [[1.0, 2.0], [3.0, 5.0], [5.0, 8.0]])
     class_scale: float = 1.0  # s: class shares drawn from Dirichlet(3s, 2s, s), then one class per client
@@ -255,7 +266,7 @@ class CorruptionConfig:
     """Clients that upload corrupted model deltas, to show an aggregator failing or holding
     (fedrun/federation/corruption.py, docs/algorithms.md). Off by default."""
 
-    kind: Literal["none", "sign_flip", "gaussian"] = "none"
+    kind: Literal["none", "sign_flip", "gaussian"] = "none"  # how corrupted clients corrupt their upload
     clients: list[int] | None = None  # the corrupted clients' ids ...
     fraction: float = 0.0  # ... or this share of the N clients, drawn once from the run seed
     scale: float = 1.0  # sign_flip: upload -scale * Delta_i; gaussian: upload scale * N(0, I)
@@ -312,6 +323,8 @@ class Config:
         out = dataclasses.asdict(self)
         algo = out.pop("algorithm")
         out["algorithm"] = {"name": algo["name"], **(algo["hparams"] or {})}
+        for section in PLUGIN_SETTINGS:  # a plugin's settings are keys of its section, as hparams are
+            out[section].update(out[section].pop("settings") or {})
         plugins = self.plugin_digests()
         if plugins:
             out["plugins"] = plugins
@@ -328,6 +341,7 @@ class Config:
 
 
 _SECTIONS = frozenset(f.name for f in dataclasses.fields(Config))
+PLUGIN_SETTINGS = {"model": "name", "participation": "pattern"}  # sections whose plugin may have ``Settings``
 
 
 # --------------------------------------------------------------------------------------------- loading
@@ -410,6 +424,10 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     partitioner and participation pattern are checked by their registries when the run is built."""
     data = dict(data)
     data.pop("plugins", None)  # derived from the code on the Python path (Config.to_dict), never a setting
+    extras = {}
+    for section in PLUGIN_SETTINGS:
+        if isinstance(data.get(section), dict):
+            data[section], extras[section] = _split_settings(section, data[section])
     algo_raw = data.pop("algorithm", None) or {}
     if not isinstance(algo_raw, dict):
         raise ConfigError(f"algorithm: expected a mapping, got {algo_raw!r}")
@@ -426,8 +444,32 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
     hparams = build_dataclass(algorithm.Hparams, algo_raw, "algorithm")
     cfg.algorithm = AlgorithmConfig(name=name, hparams=hparams)
+    for section, key in PLUGIN_SETTINGS.items():
+        settings_cls = plugin_settings(getattr(getattr(cfg, section), key), f"{section}.{key}")
+        if settings_cls is not None:
+            getattr(cfg, section).settings = build_dataclass(settings_cls, extras.get(section, {}), section)
+        elif extras.get(section):
+            allowed = ", ".join(sorted(f.name for f in dataclasses.fields(getattr(cfg, section)) if f.init))
+            raise ConfigError(f"{section}.{sorted(extras[section])[0]}: unknown key (allowed: {allowed})")
     check_all(cfg)
     return cfg
+
+
+def _split_settings(section: str, raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model/participation section's own keys, and the others (a plugin's settings, or unknown keys)."""
+    own = {f.name for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.init}
+    return {k: v for k, v in raw.items() if k in own}, {k: v for k, v in raw.items() if k not in own}
+
+
+def plugin_settings(value: str, field_name: str) -> type | None:
+    """The ``Settings`` dataclass of the plugin that config field ``field_name`` names, or None (a built-in
+    name, or a plugin without settings)."""
+    if not is_import_path(value):
+        return None
+    settings = getattr(load(value, field_name, "an importable plugin", lambda obj: True), "Settings", None)
+    if settings is not None and not (isinstance(settings, type) and dataclasses.is_dataclass(settings)):
+        raise ConfigError(f"{field_name}: {value}.Settings is {settings!r}; expected a dataclass of settings")
+    return settings
 
 
 def check_all(obj: Any) -> None:

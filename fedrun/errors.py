@@ -2,7 +2,8 @@
 
 Exit status: 0 success; 1 runtime failure (one line naming the rank and cause); 2 bad input (config,
 data file, checkpoint); 3 numerical failure (NaN/Inf; the last checkpoint is kept); 75 stopped by
-SIGTERM/SIGUSR1 after writing a checkpoint (the scheduler may requeue the job).
+SIGTERM/SIGUSR1/SIGINT (Ctrl-C) after writing a checkpoint (the scheduler may requeue the job); 130 stopped
+at once by a second Ctrl-C (no new checkpoint).
 
 Every message is meant to be read as one line: it names the field or file and what was expected.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NUMERICAL, EXIT_REQUEUE = 0, 1, 2, 3, 75
+EXIT_INTERRUPTED = 130  # a second Ctrl-C: stopped at once, no new checkpoint (the shell's 128 + SIGINT)
 
 
 class _OneLine:

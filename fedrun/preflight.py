@@ -46,13 +46,13 @@ def check_model_fits_data(cfg: Config, task: TaskData | None = None) -> None:
         from fedrun.data import load_task
 
         task = load_task(cfg.data, cfg.run.seed)
-    problem = model_data_mismatch(cfg.model.name, task)
+    problem = model_data_mismatch(cfg.model.name, task, cfg.model.settings)
     if problem is not None:
         raise ConfigError(problem)
 
 
-def model_data_mismatch(model_name: str, task: TaskData) -> str | None:
-    """The one-line reason ``model_name`` does not fit ``task``, or None when it does."""
+def model_data_mismatch(model_name: str, task: TaskData, settings: Any = None) -> str | None:
+    """The one-line reason ``model_name`` (with a plugin's ``settings``) does not fit ``task``, or None when it does."""
     import torch
 
     from fedrun.models import build_model
@@ -70,7 +70,7 @@ def model_data_mismatch(model_name: str, task: TaskData) -> str | None:
     try:
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():  # the run's seed stays put
             warnings.simplefilter("ignore")  # e.g. "zero-element tensors" of a 0-class head: reported below
-            model = build_model(model_name, shape, task.num_classes)
+            model = build_model(model_name, shape, task.num_classes, settings)
         model.eval()
         with torch.no_grad():
             out = model(example)

@@ -131,7 +131,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     block = ClientBlock(task, parts[first:stop], first, world.device, dtype)
 
     torch.manual_seed(seed)
-    module = build_model(cfg.model.name, task.input_shape, task.num_classes)
+    module = build_model(cfg.model.name, task.input_shape, task.num_classes, cfg.model.settings)
     model = FlatModel(module.to(device=world.device, dtype=dtype))
     x0 = model.initial_vector(dtype, world.device)
     ls_x0 = least_squares_x0(cfg.data)
