@@ -11,7 +11,7 @@ from typing import IO
 
 import torch.distributed as dist
 
-from fedrun.config import Config, ConfigError, apply_override, config_from_dict, load_config
+from fedrun.config import Config, ConfigError, apply_overrides, config_from_dict, load_config
 from fedrun.errors import (
     DISK_ERRORS,
     RunFailure,
@@ -24,6 +24,7 @@ from fedrun.errors import (
 )
 from fedrun.federation.loop import RunResult, train
 from fedrun.metrics.log import standard
+from fedrun.preflight import check_threads
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, claim_failure_report, failure_reported, init_world, lost_ranks
 
@@ -44,9 +45,9 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         cfg = load_config(config, overrides)
     else:
         data = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
-        for item in overrides:
-            apply_override(data, item)
+        apply_overrides(data, overrides)
         cfg = config_from_dict(data)
+    check_threads(cfg)  # before the rendezvous: every rank refuses it alike, rank 0 says so
     owns_world = world is None
     world = world or init_world(cfg.run.device, cfg.run.timeout_s)
     lock = None

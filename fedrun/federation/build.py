@@ -101,7 +101,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     """Construct the run on this rank (collective: every rank calls it)."""
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
     seed = cfg.run.seed
-    check_memory(cfg.data)  # before anything is allocated
+    check_memory(cfg)  # before anything is allocated
     task = load_task(cfg.data, seed)
     check_model_fits_data(cfg, task)  # one line naming model and shapes, before any allocation or timing
     parts = partition(task, cfg.data, seed)
