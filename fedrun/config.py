@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -171,8 +170,7 @@ class LocalConfig:
                 f"null or an integer in [1, {MAX_STEPS}]", self.epochs)
         require(1 <= self.batch_size <= MAX_BATCH, "local.batch_size", f"an integer in [1, {MAX_BATCH}]",
                 self.batch_size)
-        # 0 trains nothing, and Option II control variates (SCAFFOLD) divide the model change by eta_l K
-        require(self.lr > 0, "local.lr", "a number > 0", self.lr)
+        require(self.lr >= 0, "local.lr", "a number >= 0", self.lr)
         require(0 < self.lr_decay <= 1, "local.lr_decay", "a number in (0, 1]", self.lr_decay)
         require(self.weight_decay >= 0, "local.weight_decay", "a number >= 0", self.weight_decay)
         require(self.grad_clip >= 0, "local.grad_clip", "a number >= 0 (0 disables)", self.grad_clip)

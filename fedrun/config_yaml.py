@@ -24,7 +24,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import YAMLError
-from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from fedrun.errors import ConfigError, brief
 
@@ -61,6 +61,20 @@ def parse_yaml(text: str) -> Any:
                           "silently)") from None
     except RecursionError:
         raise ConfigError(f"nested more than {MAX_DEPTH} levels deep") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. an integer of more than 4300 digits
+        raise ConfigError(f"cannot read a value ({brief(str(exc))[1:-1]})") from None
+
+
+def _check_unique_keys(node: MappingNode) -> None:
+    """Refuse a key written twice in one mapping (ConfigError naming it and its line). ruamel.yaml refuses
+    it too, except in a mapping that also holds a merge key (``<<``), where it keeps the last one."""
+    seen: set[tuple[str, str]] = set()
+    for key, _ in node.value:
+        if isinstance(key, ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+            if (key.tag, key.value) in seen:
+                raise ConfigError(f"line {key.start_mark.line + 1}: duplicate key {brief(key.value)} in one mapping "
+                                  "(YAML would keep the last one silently)")
+            seen.add((key.tag, key.value))
 
 
 def _check_size(root: Node) -> None:
@@ -80,6 +94,7 @@ def _check_size(root: Node) -> None:
         if level > MAX_DEPTH:
             raise ConfigError(f"nested more than {MAX_DEPTH} levels deep")
         if isinstance(node, MappingNode):
+            _check_unique_keys(node)
             children = [c for pair in node.value for c in pair]
         elif isinstance(node, SequenceNode):
             children = list(node.value)

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from fedrun.config import ConfigError, ParticipationConfig
-from fedrun.errors import require_file
+from fedrun.errors import brief, require_file
 from fedrun.plugins import call, is_import_path, load
 
 STREAM = 0x50415254  # "PART": per-round participation draws, rng([seed, t, STREAM])
@@ -588,7 +588,7 @@ def make_participation(cfg: ParticipationConfig, num_clients: int, seed: int, ro
                         plugin.from_config, cfg, n, seed, rounds)
     if factory is None:
         raise ConfigError(f"participation.pattern: expected one of {', '.join(PATTERNS)}, "
-                          f"got {cfg.pattern!r}")
+                          f"got {brief(cfg.pattern)}")
     if num_clients < 1:
         raise ConfigError(f"data.num_clients: expected an integer >= 1, got {num_clients}")
     if rounds < 0:
