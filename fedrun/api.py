@@ -14,6 +14,7 @@ import torch.distributed as dist
 from fedrun.config import Config, ConfigError, apply_overrides, config_from_dict, load_config
 from fedrun.errors import (
     DISK_ERRORS,
+    EXIT_BAD_INPUT,
     RunFailure,
     exit_code,
     one_line,
@@ -82,9 +83,11 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
                 message = (f"{'; '.join(lost)}; lost contact in a collective: {message}"
                            if lost else "lost contact with another rank (it died or failed; its message, if any, "
                            f"is above): {message}")
-            # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway
+            # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway,
+            # unless its failure is bad input, which other ranks may meet alike at the same point (a data
+            # file, a plugin rule breaking its declaration): that is reported by the first claimant only
             claimed = claim_failure_report(world, lost)
-            if claimed or not lost_peer:
+            if claimed or not (lost_peer or exit_code(exc) == EXIT_BAD_INPUT):
                 report(f"fedrun[rank {world.rank}]: error: {message}")
                 failure_reported(world)
             world.abort(exit_code(exc))
