@@ -192,6 +192,10 @@ DELEGATED = ("sweep", "report")
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # torch's C++ log lines (a refused rendezvous connection prints a 30-line stack per retry) would bury
+    # fedrun's one line; the failures they describe reach fedrun as exceptions. TORCH_CPP_LOG_LEVEL=INFO
+    # shows them again (read when torch is first imported, below)
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
         if argv[:1] and argv[0] in DELEGATED:
             return _delegated(argv[0])(argv[1:])

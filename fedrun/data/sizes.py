@@ -86,8 +86,8 @@ def check_memory(cfg: Config, available: int | None = None) -> None:
     total = sum(size for _, size in plans)
     if total > available:
         fields, size = max(plans, key=lambda plan: plan[1])
-        raise ConfigError(f"{fields}: the run would allocate at least {_gib(total)} ({_gib(size)} for them), more "
-                          f"than the {_gib(available)} of memory available on this node; expected smaller sizes")
+        raise ConfigError(f"{fields}: the run would allocate at least {_gib(total)} ({_gib(size)} of it for them), "
+                          f"more than the {_gib(available)} of memory available on this node; expected smaller sizes")
 
 
 def _gib(n: int) -> str:
