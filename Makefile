@@ -21,7 +21,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 demo: venv
-	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 mpiexec -n $(RANKS) $(PY) -m fedrun train --config configs/quickstart.yaml
+	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 UCX_NET_DEVICES=lo mpiexec.gforker -n $(RANKS) $(PY) -m fedrun train --config configs/quickstart.yaml
 
 test: venv
 	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
