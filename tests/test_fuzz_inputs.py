@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import io
 import resource
 import shutil
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from helpers import LEAST_SQUARES, run_ranks
+from helpers import LEAST_SQUARES, file_digests, one_line_problems, run_ranks
 
 from fedrun.cli import main
 from fedrun.config import Config
@@ -233,11 +232,6 @@ def _unless_set(path: Path, overrides: list[str]) -> list[str]:
     return [item for item in overrides if item.split("=", 1)[0] not in given]
 
 
-def _digest(run: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.iterdir())
-            if p.is_file() and p.name != ".lock"}
-
-
 class _Hang(Exception):
     pass
 
@@ -267,7 +261,7 @@ def _in_process(argv: list[str]) -> tuple[int, str]:
 def test_fuzzed_configs_overrides_and_data_give_one_line_and_status_2(tmp_path):
     run = tmp_path / "run"
     run_ranks(0, ["-m", "fedrun", "train", "--quiet", f"run.dir={run}", *LS])
-    before = _digest(run)
+    before = file_digests(run)
     inputs, fresh = tmp_path / "inputs", tmp_path / "fresh"
     inputs.mkdir()
     existing = ["train", "--quiet", *LS, f"run.dir={run}", "--resume", "auto"]  # refused before the resume
@@ -288,25 +282,16 @@ def test_fuzzed_configs_overrides_and_data_give_one_line_and_status_2(tmp_path):
     failures = []
     for category, argv, needle in cases:
         code, err = _in_process(argv)
-        line = err.strip()
-        problems = []
-        if code != 2:
-            problems.append(f"exit status {code}")
-        if "\n" in line or not line.startswith("fedrun"):
-            problems.append("not one 'fedrun...' line")
-        if "Traceback" in err:
-            problems.append("traceback")
-        if needle not in line:
-            problems.append(f"does not name {needle!r}")
-        if len(line) > 1000:
-            problems.append(f"a line of {len(line)} characters")
-        after = _digest(run)
+        problems = one_line_problems(code, err, needle)
+        if len(err.strip()) > 1000:
+            problems.append(f"a line of {len(err.strip())} characters")
+        after = file_digests(run)
         if after != before:
             problems.append("changed the existing run")
             before = after
         if fresh.exists():
-            if _digest(fresh):
-                problems.append(f"wrote {sorted(_digest(fresh))}")
+            if file_digests(fresh):
+                problems.append(f"wrote {sorted(file_digests(fresh))}")
             shutil.rmtree(fresh)
         if problems:
             failures.append(f"[{category}] {argv[-1][:80]!r}: {', '.join(problems)}: {err[-500:]!r}")
