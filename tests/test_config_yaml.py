@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, child_env
+from helpers import LEAST_SQUARES, REPO, child_env, run_ranks
 
 from fedrun.config import ConfigError, load_config, repeated_settings
 from fedrun.config_yaml import parse_yaml
@@ -71,3 +71,15 @@ def test_a_failed_rendezvous_is_one_line_within_the_timeout(tmp_path):
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-3000:]
     assert lines[0].startswith("fedrun[rank 1]: error: the rendezvous of the ranks failed within run.timeout_s=1 s")
     assert time.monotonic() - started < 60  # the interpreter's start-up and torch's import included
+
+
+def test_impossible_run_settings_on_two_ranks_are_one_line(tmp_path):
+    """run.timeout_s=0.001 printed a DistNetworkError traceback on 2 ranks and hung; run.threads=100000
+    crashed torch; run.seed=2^63 overflowed an int64 array: now one line from rank 0, status 2."""
+    for override, field in (("run.timeout_s=0.001", "run.timeout_s"), ("run.threads=100000", "run.threads"),
+                            ("run.seed=9223372036854775808", "run.seed")):
+        proc = run_ranks(2, ["-m", "fedrun", "train", "--quiet", *LEAST_SQUARES, f"run.dir={tmp_path / field}",
+                             override], check=False, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"fedrun: error: {field}:"), \
+            proc.stderr[-2000:]
