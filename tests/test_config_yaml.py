@@ -74,12 +74,10 @@ def test_a_failed_rendezvous_is_one_line_within_the_timeout(tmp_path):
 
 
 def test_impossible_run_settings_on_two_ranks_are_one_line(tmp_path):
-    """run.timeout_s=0.001 printed a DistNetworkError traceback on 2 ranks and hung; run.threads=100000
-    crashed torch; run.seed=2^63 overflowed an int64 array: now one line from rank 0, status 2."""
-    for override, field in (("run.timeout_s=0.001", "run.timeout_s"), ("run.threads=100000", "run.threads"),
-                            ("run.seed=9223372036854775808", "run.seed")):
-        proc = run_ranks(2, ["-m", "fedrun", "train", "--quiet", *LEAST_SQUARES, f"run.dir={tmp_path / field}",
-                             override], check=False, timeout=120)
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"fedrun: error: {field}:"), \
-            proc.stderr[-2000:]
+    """run.timeout_s=0.001 printed a DistNetworkError traceback on 2 ranks and hung: now one line from rank
+    0, status 2 (run.threads=100000 and run.seed=2^63 are refused alike: tests/test_fuzz_inputs.py)."""
+    proc = run_ranks(2, ["-m", "fedrun", "train", "--quiet", *LEAST_SQUARES, f"run.dir={tmp_path}",
+                         "run.timeout_s=0.001"], check=False, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith("fedrun: error: run.timeout_s: expected a number of seconds in [1, 604800]")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from helpers import LEAST_SQUARES, file_digests, one_line_problems, run_ranks
+from helpers import LEAST_SQUARES, file_digests, one_line_problems
 
 from fedrun.cli import main
 from fedrun.config import Config
@@ -260,7 +260,7 @@ def _in_process(argv: list[str]) -> tuple[int, str]:
 
 def test_fuzzed_configs_overrides_and_data_give_one_line_and_status_2(tmp_path):
     run = tmp_path / "run"
-    run_ranks(0, ["-m", "fedrun", "train", "--quiet", f"run.dir={run}", *LS])
+    assert _in_process(["train", "--quiet", f"run.dir={run}", *LS]) == (0, "")
     before = file_digests(run)
     inputs, fresh = tmp_path / "inputs", tmp_path / "fresh"
     inputs.mkdir()
