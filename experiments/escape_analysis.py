@@ -26,10 +26,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fedrun.experiments.escape_rate import PREFACTOR, fit_exponent, fit_interval, verdict  # noqa: E402
+from escape_rate import PREFACTOR, fit_exponent, fit_interval, verdict
 
 
 def analyse(path: Path) -> dict:

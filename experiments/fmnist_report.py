@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from fmnist import (
+from fmnist_runs import (
     ADAM_LR_GRID,
     ALPHAS,
     BETA2_GRID,
@@ -36,6 +36,7 @@ from fmnist import (
     fedadamom_specs,
     fedsum_specs,
     load,
+    run_all,
     shared_lr,
     spec,
     tuned_lrs,
@@ -580,7 +581,6 @@ def diagnose() -> None:
     (2) in the P1 run, the relative error of FedSUM's direction y/N
     against the gradient of f at the same x, every 10 rounds."""
     import torch
-    from fmnist import run_all
 
     full = [spec("diagnose/full", label, FEDSUM_BASE,
                  [*FEDSUM_ALGORITHMS[label], "participation.pattern=full", f"local.lr={shared_lr()}",

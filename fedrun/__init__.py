@@ -21,7 +21,11 @@ def run(*args: Any, **kwargs: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Config", "ConfigError", "load_config"):
+    if name == "ConfigError":
+        from fedrun.errors import ConfigError
+
+        return ConfigError
+    if name in ("Config", "load_config"):
         from fedrun import config
 
         return getattr(config, name)

@@ -11,10 +11,11 @@ from typing import IO
 
 import torch.distributed as dist
 
-from fedrun.config import Config, ConfigError, apply_overrides, config_from_dict, load_config
+from fedrun.config import Config, apply_overrides, config_from_dict, load_config
 from fedrun.errors import (
     DISK_ERRORS,
     EXIT_BAD_INPUT,
+    ConfigError,
     RunFailure,
     exit_code,
     one_line,
@@ -26,8 +27,9 @@ from fedrun.errors import (
 from fedrun.federation.loop import RunResult, train
 from fedrun.metrics.log import standard
 from fedrun.preflight import check_threads
+from fedrun.runtime.failures import claim_failure_report, failure_reported, lost_ranks
 from fedrun.runtime.signals import StopSignals
-from fedrun.runtime.world import World, claim_failure_report, failure_reported, init_world, lost_ranks
+from fedrun.runtime.world import World, init_world
 
 
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),

@@ -26,7 +26,7 @@ from fedrun.errors import (
 
 def _launcher_rank() -> int:
     """This process's rank from the launcher's environment, readable before MPI is initialised."""
-    if os.environ.get("RANK", "").isdigit() and os.environ.get("WORLD_SIZE"):  # torchrun (fedrun.runtime.world)
+    if os.environ.get("RANK", "").isdigit() and os.environ.get("WORLD_SIZE"):  # torchrun (fedrun.runtime.launcher)
         return int(os.environ["RANK"])
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
         value = os.environ.get(var, "")
@@ -62,7 +62,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from fedrun.checkpoint import CheckpointError, CheckpointReader, describe_checkpoint
+    from fedrun.checkpoint import CheckpointReader, describe_checkpoint
+    from fedrun.errors import CheckpointError
     from fedrun.federation.snapshot import check_layout
 
     print(describe_checkpoint(args.checkpoint))

@@ -6,7 +6,8 @@ names the field (``local.lr: expected a number > 0, got -1``).
 
 The ``algorithm`` section is open-ended: ``name`` selects an algorithm (a registered name or a plugin's
 ``package.module:Class``) and the remaining keys are validated against that algorithm's own ``Hparams``
-dataclass (see ``fedrun.algorithms``).
+dataclass (see ``fedrun.algorithms``). The algorithm is resolved only then, inside
+:func:`config_from_dict`: importing this module imports neither torch nor any algorithm.
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ from typing import Any, Literal
 
 import yaml
 
-from fedrun.algorithms import get_algorithm
 from fedrun.config_yaml import MAX_BYTES, YAMLError, parse_yaml
 from fedrun.errors import ConfigError, brief, require
 from fedrun.plugins import digests
 
-__all__ = ["Config", "ConfigError", "apply_override", "apply_overrides", "build_dataclass", "config_from_dict",
-           "load_config", "repeated_settings"]
+__all__ = ["Config", "apply_override", "apply_overrides", "build_dataclass", "config_from_dict", "load_config",
+           "repeated_settings"]
 
 # Bounds of the integer and time settings (docs/reliability.md lists them): beyond them a value is a typo,
 # and would overflow an int64 array, a timedelta or the memory instead of running.
@@ -472,6 +472,8 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     name = algo_raw.pop("name", "fedavg")
     if not isinstance(name, str) or "\x00" in name:
         raise ConfigError(f"algorithm.name: expected a string, got {brief(name)}")
+    from fedrun.algorithms import get_algorithm  # here, not at import: reading a config needs no torch
+
     try:
         algorithm = get_algorithm(name)
     except KeyError as exc:

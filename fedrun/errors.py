@@ -10,6 +10,7 @@ Every message is meant to be read as one line: it names the field or file and wh
 from __future__ import annotations
 
 import errno
+import pickle
 import reprlib
 import sys
 from collections.abc import Iterator
@@ -31,6 +32,11 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and what was expected."""
 
 
+class RuleContractError(ConfigError):
+    """An algorithm rule's result does not match its declaration (fedrun.algorithms.contract; exit status 2:
+    the plugin, or the built-in, is bad input)."""
+
+
 class DataError(_OneLine, ValueError):
     """A dataset file or directory is missing, corrupt or not in the expected format.
 
@@ -41,6 +47,26 @@ class DataError(_OneLine, ValueError):
 
 class CheckpointError(_OneLine, Exception):
     """Any problem writing, opening, reading or verifying a checkpoint."""
+
+
+class SweepError(ValueError):
+    """The sweep file is invalid; the message names the key."""
+
+
+class SweepTaskError(SweepError):
+    """One or more tasks of a sweep are invalid; ``lines`` holds one line per bad task."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+class UnsafePickleError(pickle.UnpicklingError):
+    """A pickled dataset file asked for a global outside the allow-list."""
+
+
+class LaunchError(RuntimeError):
+    """The launcher environment is inconsistent (one line naming the variable)."""
 
 
 class NumericalError(RuntimeError):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 
 if TYPE_CHECKING:
     from fedrun.config import Config

@@ -14,7 +14,7 @@ from helpers import config, federation, run_single
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import RoundContext
 from fedrun.algorithms.fedadamom import adaptive_beta1
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 from fedrun.state.store import init_server
 
 D = 7

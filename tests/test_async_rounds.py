@@ -121,8 +121,7 @@ def test_resuming_with_the_other_dispatch_quirk_setting_is_refused(tmp_path):
     """The quirk's scheduler state (x_{t-1}, the last drawn client) is not in a checkpoint written without
     it: resuming with the switch on is a one-line checkpoint error, and the checkpoint stays as it was."""
     import fedrun
-    from fedrun.checkpoint.files import CheckpointError
-    from fedrun.errors import ConfigError
+    from fedrun.errors import CheckpointError, ConfigError
 
     cfg = config("fedavg", *ASYNC, "run.rounds=4", "checkpoint.every=2", f"run.dir={tmp_path}")
     fedrun.run(cfg, world=single_world())

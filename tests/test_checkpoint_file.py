@@ -16,7 +16,6 @@ import pytest
 
 from fedrun.checkpoint import (
     FORMAT_VERSION,
-    CheckpointError,
     CheckpointReader,
     CheckpointWriter,
     describe_checkpoint,
@@ -24,6 +23,7 @@ from fedrun.checkpoint import (
     list_checkpoints,
     remove_checkpoints_after,
 )
+from fedrun.errors import CheckpointError
 
 REPO = Path(__file__).resolve().parents[1]
 N, D = 12, 9
@@ -358,7 +358,8 @@ def test_file_too_large_mid_write_is_a_clear_error(tmp_path):
         """
         import resource, signal, sys
         import numpy as np
-        from fedrun.checkpoint import CheckpointError, CheckpointWriter
+        from fedrun.checkpoint import CheckpointWriter
+        from fedrun.errors import CheckpointError
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
         try:
@@ -427,12 +428,12 @@ def test_describe_checkpoint(tmp_path):
 
 
 def test_dataset_crc_combined_from_chunk_crcs_equals_zlib():
-    from fedrun.checkpoint.h5 import _crc_combine
+    from fedrun.checkpoint.crc import crc32_combine
 
     rng = np.random.default_rng(3)
     for _ in range(200):
         a, b = (rng.bytes(int(rng.integers(0, 5000))) for _ in range(2))
-        assert _crc_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+        assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
 
 
 def test_a_run_directory_that_is_gone_is_never_created_again(tmp_path):

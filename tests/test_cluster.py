@@ -26,8 +26,9 @@ import pytest
 import yaml
 from helpers import slurm_reason
 
+from fedrun.errors import SweepError
 from fedrun.sweep import report as report_mod
-from fedrun.sweep.spec import SweepError, expand_grid, load_sweep, run_name
+from fedrun.sweep.spec import expand_grid, load_sweep, run_name
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "tests" / "cluster" / "probe_world.py"
@@ -204,8 +205,8 @@ def test_model_data_mismatch_in_the_base_config_blames_it(tmp_path, capsys):
 
 def test_real_submission_validates_before_queueing(tmp_path, monkeypatch):
     """A bad task stops the whole submission before any executor exists: nothing queued, no directory."""
+    from fedrun.errors import SweepTaskError
     from fedrun.sweep import submit as submit_mod
-    from fedrun.sweep.validate import SweepTaskError
 
     def no_executor(*args, **kwargs):
         raise AssertionError("an executor was made although a task is invalid")
@@ -220,7 +221,8 @@ def test_real_submission_validates_before_queueing(tmp_path, monkeypatch):
 
 
 def test_preflight_names_model_and_shapes():
-    from fedrun.config import ConfigError, load_config
+    from fedrun.config import load_config
+    from fedrun.errors import ConfigError
     from fedrun.preflight import check_model_fits_data
 
     check_model_fits_data(load_config(None, ["data.name=least_squares", "model.name=linear"]))
@@ -472,7 +474,8 @@ def test_torchrun_rank_that_dies_ends_the_job(tmp_path):
 
 
 def test_interface_choice_honours_fedrun_ifname_then_gloo_socket_ifname(monkeypatch):
-    from fedrun.runtime.world import LaunchError, choose_interface
+    from fedrun.errors import LaunchError
+    from fedrun.runtime.network import choose_interface
 
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     monkeypatch.setenv("FEDRUN_IFNAME", "lo")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from helpers import run_ranks
 
-from fedrun.config import ConfigError, load_config
+from fedrun.config import load_config
+from fedrun.errors import ConfigError
 
 
 @pytest.mark.parametrize("override, field", [
@@ -68,3 +72,16 @@ def test_cli_error_under_mpiexec_is_reported_once():
     proc = run_ranks(2, ["-m", "fedrun", "train", "--config", "configs/quickstart.yaml", "run.unknown=1"], check=False)
     assert proc.returncode != 0
     assert proc.stderr.count("run.unknown: unknown key") == 1 and "Traceback" not in proc.stderr
+
+
+def test_importing_the_config_imports_neither_torch_nor_the_algorithms():
+    """Reading a config module is light: the algorithm (and with it torch) is resolved only when the
+    ``algorithm`` section is validated. A fresh interpreter, so that no other test has imported them."""
+    probe = ("import sys, fedrun.config\n"
+             "print(sorted(m for m in ('torch', 'fedrun.algorithms') if m in sys.modules))\n"
+             "cfg = fedrun.config.config_from_dict({'algorithm': {'name': 'fedadam', 'global_lr': 0.5}})\n"
+             "print(type(cfg.algorithm.hparams).__qualname__, cfg.algorithm.hparams.global_lr, "
+             "'fedrun.algorithms' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]", f"importing fedrun.config imported {out[0]}"
+    assert out[1].endswith(" 0.5 True") and out[1].split()[0].endswith("Hparams"), out[1]

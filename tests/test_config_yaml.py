@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from helpers import LEAST_SQUARES, REPO, child_env, run_ranks
 
-from fedrun.config import ConfigError, load_config, repeated_settings
+from fedrun.config import load_config, repeated_settings
 from fedrun.config_yaml import parse_yaml
+from fedrun.errors import ConfigError
 
 
 def test_yaml_1_2_numbers_and_strings():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import config, federation, local_deltas, per_round, resolve
 
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 from fedrun.federation.corruption import STREAM
 
 

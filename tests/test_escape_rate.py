@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,9 +12,11 @@ import torch
 
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import RoundContext
-from fedrun.config import ConfigError
-from fedrun.experiments import escape_rate as er
+from fedrun.errors import ConfigError
 from fedrun.state.store import init_server
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))  # the experiments' home
+import escape_rate as er  # noqa: E402
 
 
 def small(**kw) -> er.EscapeConfig:

@@ -20,7 +20,7 @@ from helpers import (
     x_star,
 )
 
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 
 
 @pytest.mark.parametrize("persist", [False, True])

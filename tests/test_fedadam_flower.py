@@ -19,7 +19,8 @@ import torch
 
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import RoundContext
-from fedrun.config import ConfigError, config_from_dict
+from fedrun.config import config_from_dict
+from fedrun.errors import ConfigError
 from fedrun.state.store import init_server
 
 D, ROUNDS, CLIENTS = 9, 20, 3

@@ -22,7 +22,7 @@ from helpers import (
 
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import Clients, RoundContext
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 from fedrun.training.schedule import local_lr
 
 VARIANTS = [("fedsum_b", {}), ("fedsum", {}), ("fedsum_cr", {"cr_form": "cumulative"}),

@@ -56,7 +56,7 @@ def test_config_runs_on_a_slice(fmnist_slice, tmp_path, base, algorithm):
 
 def test_driver_choices():
     sys.path.insert(0, str(REPO / "experiments"))
-    import fmnist
+    import fmnist_runs as fmnist
 
     ok = {"finite": True, "train_objective": 0.5}
     worse = {"finite": True, "train_objective": 0.7}

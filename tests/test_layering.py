@@ -1,8 +1,11 @@
 """The import graph of ``fedrun/`` has no cycle, function-level imports included, and the ground floor
-(``fedrun.errors``) imports nothing else of fedrun.
+(``fedrun.errors``) imports nothing else of fedrun. The experiments' home, ``experiments/`` (scripts that
+import each other by file name), has no cycle either, and fedrun never imports an experiment.
+The ground floor owns every error type: no other module of fedrun defines one, and every module (tests,
+benchmarks and experiments too) imports them from there.
 
-Run ``python tests/test_layering.py`` to print every cycle (a strongly connected component of the
-graph) with one import that closes it.
+Run ``python tests/test_layering.py`` to print every cycle of fedrun/ and of experiments/ (a strongly
+connected component of the graph) with one import that closes it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fedrun"
+EXPERIMENTS = PACKAGE.parent / "experiments"
 GROUND_FLOOR = ("fedrun.errors",)
 
 
@@ -50,6 +54,25 @@ def import_graph() -> dict[str, set[str]]:
                     if prefix in modules and prefix != name and (prefix == target or prefix not in ancestors):
                         graph[name].add(prefix)
     return graph
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every absolute module name ``path`` imports anywhere in its body (``from a import b``: ``a``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def script_graph(directory: Path) -> dict[str, set[str]]:
+    """Script -> the scripts of the same directory it imports (scripts import each other by file name, the
+    directory being first on ``sys.path`` when one of them runs)."""
+    scripts = {p.stem: p for p in directory.glob("*.py")}
+    return {name: {m.split(".")[0] for m in imported_names(path)} & set(scripts) - {name}
+            for name, path in scripts.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -100,6 +123,49 @@ def test_ground_floor_imports_nothing_of_fedrun():
         assert not graph[name], f"{name} imports {sorted(graph[name])}"
 
 
+def test_no_import_cycle_among_the_experiments():
+    found = cycles(script_graph(EXPERIMENTS))
+    assert not found, "import cycles in experiments/: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_fedrun_never_imports_an_experiment():
+    experiments = set(script_graph(EXPERIMENTS))
+    for path in PACKAGE.rglob("*.py"):
+        wrong = {m.split(".")[0] for m in imported_names(path)} & (experiments | {"experiments"})
+        assert not wrong, f"{path.relative_to(PACKAGE.parent)} imports the experiment(s) {sorted(wrong)}"
+
+
+def error_types() -> set[str]:
+    """The exception classes of the ground floor."""
+    import fedrun.errors
+
+    return {name for name, obj in vars(fedrun.errors).items()
+            if isinstance(obj, type) and issubclass(obj, BaseException)}
+
+
+def test_every_error_type_lives_in_the_ground_floor():
+    errors = error_types()
+    for path in PACKAGE.rglob("*.py"):
+        if path == PACKAGE / "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                assert not any(b in errors or b.endswith(("Error", "Exception")) for b in bases), (
+                    f"{path.relative_to(PACKAGE.parent)}: error type {node.name} belongs in fedrun/errors.py")
+
+
+def test_error_types_are_imported_from_the_ground_floor():
+    errors = error_types()
+    roots = [PACKAGE.parent / d for d in ("fedrun", "tests", "bench", "experiments", "examples")]
+    for path in (p for root in roots for p in root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedrun") and node.level == 0:
+                wrong = [a.name for a in node.names if a.name in errors and node.module != "fedrun.errors"]
+                assert not wrong, (f"{path.relative_to(PACKAGE.parent)}:{node.lineno} imports {', '.join(wrong)} "
+                                   f"from {node.module}; error types come from fedrun.errors")
+
+
 def test_the_checker_sees_a_function_level_cycle(tmp_path, monkeypatch):
     """The checker itself: a cycle closed only inside a function body is found."""
     pkg = tmp_path / "fedrun"
@@ -111,12 +177,22 @@ def test_the_checker_sees_a_function_level_cycle(tmp_path, monkeypatch):
     assert cycles(import_graph()) == [["fedrun.a", "fedrun.b"]]
 
 
+def test_the_checker_sees_a_cycle_between_scripts(tmp_path):
+    """The checker itself: two scripts that import each other, one only inside a function, are a cycle."""
+    (tmp_path / "run.py").write_text("def main():\n    from report import table\n")
+    (tmp_path / "report.py").write_text("from run import GRID\n")
+    (tmp_path / "other.py").write_text("import run\n")
+    assert cycles(script_graph(tmp_path)) == [["report", "run"]]
+
+
 if __name__ == "__main__":
-    graph = import_graph()
-    for component in cycles(graph):
-        members = set(component)
-        print(f"cycle of {len(component)} modules:")
-        for v in component:
-            inside = sorted(graph[v] & members)
-            print(f"  {v} -> {', '.join(inside)}")
-    sys.exit(1 if cycles(graph) else 0)
+    found_any = False
+    for graph in (import_graph(), script_graph(EXPERIMENTS)):
+        for component in cycles(graph):
+            found_any = True
+            members = set(component)
+            print(f"cycle of {len(component)} modules:")
+            for v in component:
+                inside = sorted(graph[v] & members)
+                print(f"  {v} -> {', '.join(inside)}")
+    sys.exit(1 if found_any else 0)

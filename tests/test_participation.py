@@ -13,7 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from fedrun.config import ConfigError, ParticipationConfig, load_config
+from fedrun.config import ParticipationConfig, load_config
+from fedrun.errors import ConfigError
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.participation import (
     BIASED_FLOOR,

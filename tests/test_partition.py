@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from fedrun.cli import main
-from fedrun.config import ConfigError, DataConfig, load_config
+from fedrun.config import DataConfig, load_config
 from fedrun.data import load_task
 from fedrun.data.dataset import TaskData
 from fedrun.data.partition import lognormal_sizes, partition
 from fedrun.data.stats import describe_partition, label_counts, label_entropy, save_partition_png
-from fedrun.errors import DataError
+from fedrun.errors import ConfigError, DataError
 
 
 def toy_task(n_per_class: int = 30, classes: int = 10, seed: int = 0) -> TaskData:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import LEAST_SQUARES, REPO, config, federation, final_models, run_ranks
 
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 from fedrun.federation.blocks import round_work, split_by_work
 
 

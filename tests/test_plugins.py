@@ -18,8 +18,9 @@ import yaml
 from helpers import LEAST_SQUARES, REPO
 
 from fedrun.algorithms import get_algorithm
-from fedrun.config import ConfigError, load_config
+from fedrun.config import load_config
 from fedrun.data import load_task
+from fedrun.errors import ConfigError
 from fedrun.federation.participation import make_participation
 from fedrun.models import build_model
 from fedrun.plugins import digests

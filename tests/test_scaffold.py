@@ -18,7 +18,7 @@ from helpers import (
     x_star,
 )
 
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 
 FORMS = ["original", "single_uplink"]
 

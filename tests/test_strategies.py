@@ -9,7 +9,7 @@ import pytest
 from helpers import federation, single_world
 
 import fedrun
-from fedrun.config import ConfigError
+from fedrun.errors import ConfigError
 
 CNN = {"run": {"rounds": 2, "dtype": "float64", "seed": 3, "device": "cpu"},
        "data": {"name": "synthetic", "num_clients": 4, "partition": "iid",

@@ -26,12 +26,8 @@ from typing import Any
 from torch import Tensor
 
 from fedrun.algorithms.base import Algorithm
-from fedrun.errors import ConfigError, brief
+from fedrun.errors import RuleContractError, brief
 from fedrun.protocol import Clients, Declaration, Entry, LocalPlan, LocalResult, RoundContext, Vector
-
-
-class RuleContractError(ConfigError):
-    """A rule's result does not match the algorithm's declaration (exit status 2: the plugin is bad input)."""
 
 
 class CheckedAlgorithm(Algorithm):

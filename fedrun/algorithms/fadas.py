@@ -13,7 +13,7 @@ and the delay-adaptive factor lambda_t:
 
 tau_max is the largest staleness of the consumed updates (``RoundContext.max_staleness``): 0 in synchronous
 rounds, where FADAS is server AMSGrad (FedAMS); the official code's buffered asynchronous mode is the runtime's
-``asynchrony`` section (fedrun.federation.async_rounds). ``delay_adaptive = false`` is the official
+``asynchrony`` section (fedrun.federation.schedule). ``delay_adaptive = false`` is the official
 "FADAS without delay-adaptive" (lambda = 1). An empty round changes nothing (step count not advanced).
 Down 1 (x) / up 1 (Delta_i). Server state x, m, v, vhat (+ the step counter).
 

@@ -1,28 +1,23 @@
 """Checkpoints of a whole run in one HDF5 file: atomic, checksummed, schema-versioned.
 
 See docs/checkpoint.md for the layout and the guarantees. Only rank 0 writes; any rank reads.
+``files`` names and lists the files of a run directory, ``writer`` and ``reader`` write and read one,
+``format`` is what both agree on, ``crc`` the checksum arithmetic, ``guarded`` the writer's file object.
 """
 
 from .files import (
-    CheckpointError,
     checkpoint_name,
     checkpoint_round,
     list_checkpoints,
     remove_checkpoints_after,
 )
-from .h5 import (
-    FORMAT_VERSION,
-    META_NAMES,
-    CheckpointReader,
-    CheckpointWriter,
-    describe_checkpoint,
-    find_latest_valid,
-)
+from .format import FORMAT_VERSION, META_NAMES
+from .reader import CheckpointReader, describe_checkpoint, find_latest_valid
+from .writer import CheckpointWriter
 
 __all__ = [
     "FORMAT_VERSION",
     "META_NAMES",
-    "CheckpointError",
     "CheckpointReader",
     "CheckpointWriter",
     "checkpoint_name",

@@ -2,7 +2,8 @@
 
 import sys
 
-from . import CheckpointError, describe_checkpoint
+from fedrun.checkpoint import describe_checkpoint
+from fedrun.errors import CheckpointError
 
 if len(sys.argv) != 2:
     sys.exit("usage: python -m fedrun.checkpoint CKPT.h5")

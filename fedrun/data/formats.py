@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrun.errors import DataError
+from fedrun.errors import DataError, UnsafePickleError
 
 PathLike = str | Path
 
@@ -152,10 +152,6 @@ def read_svhn_mat(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --------------------------------------------------------------------------------------------- CIFAR
-
-
-class UnsafePickleError(pickle.UnpicklingError):
-    """A pickle asked for a global outside the allow-list."""
 
 
 def _numpy_attr(submodule: str, name: str) -> Callable[..., Any]:

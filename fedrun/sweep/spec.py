@@ -31,11 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrun.config_yaml import YAMLError, parse_yaml
-from fedrun.errors import ConfigError, brief
-
-
-class SweepError(ValueError):
-    """The sweep file is invalid; the message names the key."""
+from fedrun.errors import ConfigError, SweepError, brief
 
 
 @dataclass

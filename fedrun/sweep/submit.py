@@ -39,9 +39,9 @@ os.environ.setdefault("SUBMITIT_PREEMPT_SIGNAL", "USR1")
 import submitit  # noqa: E402
 from submitit.core.job_environment import JobEnvironment  # noqa: E402
 
-from fedrun.errors import EXIT_BAD_INPUT  # noqa: E402
-from fedrun.sweep.spec import RunSpec, SweepError, SweepSpec, load_sweep  # noqa: E402
-from fedrun.sweep.validate import SweepTaskError, validate_runs  # noqa: E402
+from fedrun.errors import EXIT_BAD_INPUT, SweepError, SweepTaskError  # noqa: E402
+from fedrun.sweep.spec import RunSpec, SweepSpec, load_sweep  # noqa: E402
+from fedrun.sweep.validate import validate_runs  # noqa: E402
 
 JobEnvironment.USR_SIG = os.environ["SUBMITIT_PREEMPT_SIGNAL"]  # in case submitit was imported first
 

@@ -19,18 +19,10 @@ import re
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from fedrun.sweep.spec import RunSpec, SweepError
+from fedrun.sweep.spec import RunSpec
 
 if TYPE_CHECKING:
     from fedrun.sweep.spec import SweepSpec
-
-
-class SweepTaskError(SweepError):
-    """One or more tasks of a sweep are invalid; ``lines`` holds one line per bad task."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = lines
 
 
 _FIELD = re.compile(r"^([A-Za-z_][\w.]*)(?:\[\d+\])*\s*[:=]")
@@ -38,8 +30,8 @@ _FIELD = re.compile(r"^([A-Za-z_][\w.]*)(?:\[\d+\])*\s*[:=]")
 
 def validate_runs(spec: SweepSpec, runs: list[RunSpec]) -> list[str]:
     """One line per invalid task of ``runs`` (in array order: index i is array element i), else []."""
-    from fedrun.config import ConfigError, apply_override, config_from_dict, load_config
-    from fedrun.errors import DataError
+    from fedrun.config import apply_override, config_from_dict, load_config
+    from fedrun.errors import ConfigError, DataError
     from fedrun.preflight import check_model_fits_data
 
     checked: dict[str, str | None] = {}  # model + data section -> problem (None: fits)

@@ -15,8 +15,9 @@ import time
 import numpy as np
 import torch
 
-from fedrun.config import ConfigError, LocalConfig
+from fedrun.config import LocalConfig
 from fedrun.data.client_block import ClientBlock
+from fedrun.errors import ConfigError
 from fedrun.protocol import LocalPlan
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.gradients import local_oracle

@@ -62,7 +62,8 @@ HEAD = 16
 # ------------------------------------------------------------------------------------------ the cases
 
 # The float64 least-squares task of tests/helpers.py (N = 6 clients, d = 5, m = 8 rows, full-batch local
-# steps), copied here because tests/helpers.py imports engine internals (Federation) that are being replaced.
+# steps), copied here because tests/helpers.py imports engine internals (build, run_round, Synchronous) that a
+# redesign may replace, and the record must be made by the code before and after one.
 N, D, M = 6, 5, 8
 ROUNDS = 20
 LSQ: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """Escape rate from a sharp minimum: the FedAdamom paper's Styblinski-Tang experiment.
 
-    python -m fedrun.experiments.escape_rate --config experiments/escape_rate.yaml [--out DIR] [key=value ...]
+    python experiments/escape_rate.py --config experiments/escape_rate.yaml [--out DIR] [key=value ...]
 
 The paper reports -log(Gamma) = O(1/k) for FedAvgM and FedAdamom and O(1/sqrt(k)) for FedAdam, where
 Gamma is the rate of escape from a sharp minimum and k its sharpness. The paper does not publish its
@@ -46,7 +46,8 @@ import numpy as np
 import torch
 import yaml
 
-from fedrun.config import ConfigError, apply_override, build_dataclass, require
+from fedrun.config import apply_override, build_dataclass
+from fedrun.errors import ConfigError, require
 
 U_G, U_L, U_S = -2.9035340, 2.7468028, 0.1567313  # global min, local min, saddle of ST per coordinate
 ST_G, ST_L, ST_S = -39.16616570, -25.02944666, 0.19561236

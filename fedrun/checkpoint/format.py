@@ -1,0 +1,30 @@
+"""What the checkpoint writer and reader agree on: the format version, the ``meta`` entries, the
+storable dtypes and strings, and how an OS or HDF5 error reads on one line (docs/checkpoint.md)."""
+
+from __future__ import annotations
+
+import re
+
+import h5py
+
+FORMAT_VERSION = 2  # 2: schedule/ replaces participation/ and runtime_state/
+META_NAMES = ("round", "config", "format_version", "algorithm", "num_clients", "dim", "created")
+STRING = h5py.string_dtype("utf-8")
+KINDS = "biufcS"  # bool, ints, floats, complex, fixed-length bytes
+
+
+def error_line(e: BaseException) -> str:
+    """The useful part of an OS or HDF5 error, on one line."""
+    text = str(e)
+    m = re.search(r"error message = '([^']*)'", text)  # HDF5 wraps the OS error of a failed write
+    if m:
+        return m.group(1)
+    if isinstance(e, OSError) and e.strerror and not text.startswith("Unable"):
+        return e.strerror
+    text = " ".join(text.split())
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+def is_string(ds: h5py.Dataset) -> bool:
+    """Whether ``ds`` holds a UTF-8 string (its CRC is over the string's UTF-8 bytes)."""
+    return h5py.check_string_dtype(ds.dtype) is not None and ds.dtype.kind == "O"

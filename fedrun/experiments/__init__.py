@@ -1,1 +1,0 @@
-"""Runnable experiments (python -m fedrun.experiments.NAME)."""
