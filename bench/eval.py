@@ -54,7 +54,9 @@ def time_client_eval(setup, state, world) -> float:
     x = setup.exchange.global_model()
     world.barrier()
     start = time.perf_counter()
-    setup.client_eval.evaluate(setup.model, setup.loss_fn, x, 0, setup.block, state.strategy, setup.random_model)
+    learner = setup.learner
+    setup.client_eval.evaluate(learner.model, learner.loss_fn, x, 0, setup.placement.block, state.strategy,
+                               learner.random_model)
     return time.perf_counter() - start
 
 
@@ -96,7 +98,8 @@ def main() -> None:
     pooled, per_client = float("inf"), float("inf")
     for _ in range(args.repeats):  # in turns, so that load on the machine hits both alike
         start = time.perf_counter()
-        evaluate_shard(setup.model, setup.loss_fn, x, ce.x, ce.y, setup.cfg.eval.batch_size, setup.classification)
+        learner = setup.learner
+        evaluate_shard(learner.model, learner.loss_fn, x, ce.x, ce.y, setup.cfg.eval.batch_size, learner.classification)
         pooled = min(pooled, time.perf_counter() - start)
         per_client = min(per_client, time_client_eval(setup, state, world))
     world.close()

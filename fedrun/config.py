@@ -317,6 +317,9 @@ class Config:
         require(self.eval.finetune_steps == 0 or self.data.client_test_fraction > 0, "eval.finetune_steps",
                 "0 unless data.client_test_fraction > 0 (personalized models are evaluated on per-client "
                 "test data)", self.eval.finetune_steps)
+        require(not (self.asynchrony.enabled and self.run.skip_nonfinite_clients), "run.skip_nonfinite_clients",
+                "false with asynchrony.enabled (an upload is consumed steps after its client's new state was "
+                "stored, so it cannot be dropped)", self.run.skip_nonfinite_clients)
 
     def run_dir(self) -> Path:
         """``run.dir`` with ``{name}``, ``{seed}`` filled in and a leading ``~`` expanded to the home directory."""

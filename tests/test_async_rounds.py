@@ -13,6 +13,7 @@ from helpers import (
     final_model,
     final_state,
     metrics,
+    resolve,
     run_ranks,
     run_single,
     single_world,
@@ -135,3 +136,17 @@ def test_resuming_with_the_other_dispatch_quirk_setting_is_refused(tmp_path):
         fedrun.run(quirk, world=single_world(), resume="auto",
                    accept_changes=("asynchrony.replicate_dispatch_quirk",))
     assert {p: p.read_bytes() for p in ckpts} == before
+
+
+def test_skip_nonfinite_clients_is_refused_in_the_asynchronous_mode(tmp_path):
+    """An asynchronous upload is consumed steps after its client's new state was stored, so it cannot be
+    dropped: the pair is refused at config time, through the CLI, with one line and status 2, nothing written;
+    either setting alone is accepted."""
+    run_dir = tmp_path / "run"
+    proc = run_ranks(0, train_args(run_dir, 2, [*ASYNC, "run.skip_nonfinite_clients=true"]), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("fedrun: error: run.skip_nonfinite_clients: expected false with "
+                                  "asynchrony.enabled") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not run_dir.exists()
+    assert resolve(config("fedavg", *ASYNC)).asynchrony.enabled
+    assert resolve(config("fedavg", "run.skip_nonfinite_clients=true")).run.skip_nonfinite_clients

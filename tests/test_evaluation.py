@@ -65,7 +65,8 @@ def test_finetune_with_zero_steps_gives_the_global_model_figures():
     fed.round(0)
     setup, state = fed.setup, fed.state
     x = fed.global_model()
-    args = (setup.model, setup.loss_fn, x, 0, setup.block, state.strategy, setup.random_model)
+    learner = setup.learner
+    args = (learner.model, learner.loss_fn, x, 0, setup.placement.block, state.strategy, learner.random_model)
     zero = setup.client_eval.evaluate(*args, finetune_steps=0)
     # the fine-tuned models are evaluated one client at a time, the global one in shared batches: the
     # losses agree to float32 rounding, the counts of correct answers exactly

@@ -47,7 +47,7 @@ def test_placement_work_is_refused_for_per_client_state_and_the_asynchronous_mod
     with pytest.raises(ConfigError, match="run.placement=work: the asynchronous mode"):
         federation(config("fedavg", "run.placement=work", "asynchrony.enabled=true", "asynchrony.buffer_size=2",
                           "asynchrony.concurrency=3"))
-    assert federation(config("fedavg")).setup.placement == "blocks"  # one rank: nothing to balance
+    assert federation(config("fedavg")).setup.placement.mode == "blocks"  # one rank: nothing to balance
 
 
 @pytest.mark.mpi

@@ -23,10 +23,14 @@ broadcast layouts, checkpoint contents and communication accounting.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 from torch import Tensor
 
+from fedrun.errors import require
 from fedrun.protocol import (
     Clients,
     Declaration,
@@ -39,8 +43,19 @@ from fedrun.protocol import (
     Vector,
 )
 
-__all__ = ["Algorithm", "Clients", "Declaration", "Entry", "LocalOptimizer", "LocalPlan", "LocalResult",
-           "RoundContext", "Scalar", "Vector", "model_delta", "rows"]
+__all__ = ["Algorithm", "Clients", "Declaration", "Entry", "GlobalLrHparams", "LocalOptimizer", "LocalPlan",
+           "LocalResult", "RoundContext", "Scalar", "Vector", "model_delta", "rows", "unchanged_if_empty"]
+
+
+@dataclass
+class GlobalLrHparams:
+    """The hyperparameter every built-in algorithm starts with: the server learning rate eta_g > 0
+    (an ``Hparams`` dataclass subclasses it and adds its own fields and checks after ``super().check()``)."""
+
+    global_lr: float = 1.0  # eta_g
+
+    def check(self) -> None:
+        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
 
 
 class Algorithm:
@@ -72,6 +87,23 @@ class Algorithm:
                     ctx: RoundContext) -> dict[str, Tensor]:
         """Block-wide update of every local client's state; ``active`` is a bool ``[C_block]`` mask."""
         return state
+
+
+ServerRule = Callable[[Algorithm, dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
+
+
+def unchanged_if_empty(rule: ServerRule) -> ServerRule:
+    """Decorate a ``server_update``: a step that consumed no upload (``ctx.num_active == 0``) returns the
+    server state as it is (no step, no moment decay, no step count), without calling the rule."""
+
+    @functools.wraps(rule)
+    def guarded(self: Algorithm, server: dict[str, Tensor], up: dict[str, Tensor],
+                ctx: RoundContext) -> dict[str, Tensor]:
+        if ctx.num_active == 0:
+            return server
+        return rule(self, server, up, ctx)
+
+    return guarded
 
 
 def model_delta(local: LocalResult, down: dict[str, Tensor]) -> Tensor:

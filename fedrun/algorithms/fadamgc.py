@@ -38,11 +38,13 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
+    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
     Vector,
     model_delta,
+    unchanged_if_empty,
 )
 from fedrun.errors import require
 
@@ -77,8 +79,7 @@ class AMSGrad:
 
 
 @dataclass
-class FAdamGCHparams:
-    global_lr: float = 1.0  # eta_g
+class FAdamGCHparams(GlobalLrHparams):
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
@@ -87,7 +88,7 @@ class FAdamGCHparams:
     correction: bool = True  # false: ghat = g, the uncorrected local-Adam baseline
 
     def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
         require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
         require(self.eps > 0, "algorithm.eps", "a number > 0", self.eps)
@@ -124,10 +125,9 @@ class FAdamGC(Algorithm):
             new_state.update({k: local.optimizer_state[k] for k in MOMENTS})
         return up, new_state
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
         x = server["x"] + self.hp.global_lr * up["dx"] / ctx.num_active
         if not self.hp.correction:
             return {**server, "x": x}

@@ -29,13 +29,13 @@ from typing import Literal
 
 from torch import Tensor
 
-from fedrun.algorithms.base import Entry, RoundContext, Scalar, Vector
+from fedrun.algorithms.base import Entry, GlobalLrHparams, RoundContext, Scalar, Vector
 from fedrun.algorithms.fedopt import ServerOptimizer
 from fedrun.errors import require
 
 
 @dataclass
-class FADASHparams:
+class FADASHparams(GlobalLrHparams):
     global_lr: float = 1e-3  # eta (README, delay-adaptive; 1e-4 without)
     beta1: float = 0.9
     beta2: float = 0.99
@@ -49,7 +49,7 @@ class FADASHparams:
     weighting: Literal["uniform", "data_size"] = "uniform"
 
     def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
         require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
         require(self.eps >= 0, "algorithm.eps", "a number >= 0", self.eps)

@@ -41,6 +41,7 @@ from fedrun.algorithms.base import (
     Clients,
     Declaration,
     Entry,
+    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
@@ -48,13 +49,14 @@ from fedrun.algorithms.base import (
     Vector,
     model_delta,
     rows,
+    unchanged_if_empty,
 )
 from fedrun.algorithms.fedcada import average_model_and_moments
 from fedrun.errors import require
 
 
 @dataclass
-class FAFEDHparams:
+class FAFEDHparams(GlobalLrHparams):
     alpha: float = 0.1  # STORM alpha (code default)
     beta: float = 0.1  # EMA weight on the OLD v (code: 0.1 or 0.01)
     rho: float = 0.1  # floor of A
@@ -73,7 +75,7 @@ class FAFEDHparams:
         require(0 < self.alpha <= 1, "algorithm.alpha", "a number in (0, 1]", self.alpha)
         require(0 <= self.beta < 1, "algorithm.beta", "a number in [0, 1)", self.beta)
         require(self.rho > 0, "algorithm.rho", "a number > 0", self.rho)
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(self.init_m != "local" or self.persist_client_state, "algorithm.init_m",
                 "global or restart unless persist_client_state is true", self.init_m)
         require(self.k0 > 0 and self.w > 0 and self.c > 0, "algorithm.k0/w/c", "numbers > 0",
@@ -182,6 +184,7 @@ class FAFED(Algorithm):
             return state
         return {**state, "m_i": torch.where(rows(active), down_next["m"], state["m_i"])}
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
         return average_model_and_moments(server, up, ctx, self.hp.global_lr, self.hp.weighting)

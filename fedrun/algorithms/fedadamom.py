@@ -23,22 +23,24 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
+    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Vector,
     model_delta,
+    unchanged_if_empty,
 )
 from fedrun.errors import require
 
 
 @dataclass
-class FedAdamomHparams:
+class FedAdamomHparams(GlobalLrHparams):
     global_lr: float = 1.0  # eta (code --globallr)
     beta2: float = 0.05  # code --beta_0; paper ablation best 0.05 (README commands use 0.1)
     eps: float = 1e-3  # clip margin: beta1_t <= 1 - eps (code --eps)
 
     def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
         require(0 < self.eps <= 1, "algorithm.eps", "a number in (0, 1]", self.eps)
 
@@ -63,10 +65,9 @@ class FedAdamom(Algorithm):
                       clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         return {"delta": model_delta(local, down)}, state
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
         hp = self.hp
         delta = up["delta"] / ctx.num_active
         v = hp.beta2 * server["v"] + (1 - hp.beta2) * delta * delta

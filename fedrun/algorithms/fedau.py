@@ -26,23 +26,24 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
+    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Scalar,
     Vector,
     model_delta,
     rows,
+    unchanged_if_empty,
 )
 from fedrun.errors import require
 
 
 @dataclass
-class FedAUHparams:
-    global_lr: float = 1.0  # eta_g
+class FedAUHparams(GlobalLrHparams):
     cutoff: int | None = 50  # K_cut (FedSUM and the FedAWE code use 50); null: no cutoff (code default 1e5)
 
     def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(self.cutoff is None or self.cutoff >= 1, "algorithm.cutoff", "null or an integer >= 1",
                 self.cutoff)
 
@@ -66,10 +67,9 @@ class FedAU(Algorithm):
                       clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         return {"delta": rows(interval_weight(state)) * model_delta(local, down)}, state
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
         return {**server, "x": server["x"] + self.hp.global_lr * up["delta"] / ctx.num_clients}
 
     def after_round(self, down_next: dict[str, Tensor], state: dict[str, Tensor], active: Tensor,

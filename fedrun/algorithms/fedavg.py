@@ -18,23 +18,20 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
+    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Scalar,
     Vector,
     model_delta,
     rows,
+    unchanged_if_empty,
 )
-from fedrun.errors import require
 
 
 @dataclass
-class FedAvgHparams:
-    global_lr: float = 1.0  # eta_g
+class FedAvgHparams(GlobalLrHparams):
     weighting: Literal["uniform", "data_size", "average_all", "known_prob"] = "uniform"
-
-    def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
 
 
 class FedAvg(Algorithm):
@@ -57,10 +54,9 @@ class FedAvg(Algorithm):
             return {"delta": delta / rows(clients.probability)}, state
         return {"delta": delta}, state
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
         divisor = {
             "uniform": ctx.num_active,
             "data_size": up.get("weight"),

@@ -28,23 +28,24 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
+    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
     Scalar,
     Vector,
     rows,
+    unchanged_if_empty,
 )
 from fedrun.errors import require
 
 
 @dataclass
-class FedAWEHparams:
-    global_lr: float = 1.0  # eta_g
+class FedAWEHparams(GlobalLrHparams):
     clip: float | None = 0.5  # r of CLIP_r on the mean echoed update (official code); null disables
 
     def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(self.clip is None or self.clip > 0, "algorithm.clip", "null or a number > 0", self.clip)
 
 
@@ -74,10 +75,9 @@ class FedAWE(Algorithm):
             return {"x_next": state["x_own"] + self.hp.global_lr * u}, state
         return {"x_own": state["x_own"], "echo_update": u}, state
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
         n = ctx.num_active
         if self.hp.clip is None:
             return {**server, "x": up["x_next"] / n}

@@ -31,6 +31,7 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
+    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
@@ -38,12 +39,13 @@ from fedrun.algorithms.base import (
     Vector,
     model_delta,
     rows,
+    unchanged_if_empty,
 )
 from fedrun.errors import require
 
 
 @dataclass
-class FedCAdaHparams:
+class FedCAdaHparams(GlobalLrHparams):
     global_lr: float = 1.0  # eta_g (1: plain averaging of the client models)
     beta1: float = 0.9
     beta2: float = 0.999
@@ -56,7 +58,7 @@ class FedCAdaHparams:
     weighting: Literal["uniform", "data_size"] = "uniform"
 
     def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
         require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
         require(self.eps > 0, "algorithm.eps", "a number > 0", self.eps)
@@ -104,10 +106,8 @@ class ClientAdam:
 
 def average_model_and_moments(server: dict[str, Tensor], up: dict[str, Tensor], ctx: RoundContext,
                               global_lr: float, weighting: str) -> dict[str, Tensor]:
-    """x <- x + eta_g mean(dx_i); m, v <- mean(m_i), mean(v_i); count the round (FedCAda, FAFED).
-    An empty round changes nothing."""
-    if ctx.num_active == 0:
-        return server
+    """x <- x + eta_g mean(dx_i); m, v <- mean(m_i), mean(v_i); count the round (FedCAda, FAFED, whose
+    server rules leave an empty round unchanged: :func:`~fedrun.algorithms.base.unchanged_if_empty`)."""
     divisor = up["weight"] if weighting == "data_size" else ctx.num_active
     return {**server, "x": server["x"] + global_lr * up["dx"] / divisor, "m": up["m"] / divisor,
             "v": up["v"] / divisor, "rounds": server["rounds"] + 1}
@@ -144,6 +144,7 @@ class FedCAda(Algorithm):
             return {**{k: w * v for k, v in up.items()}, "weight": clients.num_examples}, state
         return up, state
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
         return average_model_and_moments(server, up, ctx, self.hp.global_lr, self.hp.weighting)

@@ -9,25 +9,15 @@ Robust to fewer than n/2 arbitrary (Byzantine) deltas per coordinate; the upload
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor
 
+from fedrun.algorithms.base import GlobalLrHparams
 from fedrun.algorithms.gathered import GatheredDeltas, sorted_columns
-from fedrun.errors import require
-
-
-@dataclass
-class FedMedianHparams:
-    global_lr: float = 1.0  # eta_g
-
-    def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
 
 
 class FedMedian(GatheredDeltas):
     name = "fedmedian"
-    Hparams = FedMedianHparams
+    Hparams = GlobalLrHparams
 
     def aggregate(self, deltas: Tensor) -> Tensor:
         n = deltas.shape[0]

@@ -36,12 +36,14 @@ from fedrun.algorithms.base import (
     Clients,
     Declaration,
     Entry,
+    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Scalar,
     Vector,
     model_delta,
     rows,
+    unchanged_if_empty,
 )
 from fedrun.errors import require
 
@@ -74,10 +76,9 @@ class ServerOptimizer(Algorithm):
             return {"delta": rows(clients.num_examples) * delta, "weight": clients.num_examples}, state
         return {"delta": delta}, state
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:  # skip: no step, no moment decay
-            return server
         divisor = up["weight"] if self.hp.weighting == "data_size" else ctx.num_active
         return {**server, **self.step(server, up["delta"] / divisor, ctx)}
 
@@ -86,13 +87,12 @@ class ServerOptimizer(Algorithm):
 
 
 @dataclass
-class FedAvgMHparams:
-    global_lr: float = 1.0  # eta
+class FedAvgMHparams(GlobalLrHparams):
     beta: float = 0.9  # server momentum (no damping: effective step eta / (1 - beta))
     weighting: Weighting = "uniform"
 
     def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(0 <= self.beta < 1, "algorithm.beta", "a number in [0, 1)", self.beta)
 
 
@@ -114,7 +114,7 @@ class FedAvgM(ServerOptimizer):
 
 
 @dataclass
-class AdaptiveHparams:
+class AdaptiveHparams(GlobalLrHparams):
     global_lr: float = 1e-2  # eta: tuned per task (Flower FedYogi's default; the paper grids powers of 10)
     beta1: float = 0.9
     tau: float = 1e-3  # adaptivity (denominator) term
@@ -123,7 +123,7 @@ class AdaptiveHparams:
     weighting: Weighting = "uniform"
 
     def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
         require(self.tau >= 0, "algorithm.tau", "a number >= 0", self.tau)
 

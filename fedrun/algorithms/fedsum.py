@@ -35,6 +35,7 @@ from fedrun.algorithms.base import (
     Clients,
     Declaration,
     Entry,
+    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
@@ -42,17 +43,12 @@ from fedrun.algorithms.base import (
     Vector,
     rows,
 )
-from fedrun.errors import require
 
 
 @dataclass
-class FedSumHparams:
-    global_lr: float = 1.0  # eta_g
+class FedSumHparams(GlobalLrHparams):
     skip_empty_rounds: bool = False  # default keeps the stale step x <- x - eta_g eta_l K y / N
     weighting: Literal["uniform", "data_size"] = "uniform"  # data_size: fedrun's extension
-
-    def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
 
 
 @dataclass

@@ -15,18 +15,18 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from fedrun.algorithms.base import GlobalLrHparams
 from fedrun.algorithms.gathered import GatheredDeltas, sorted_columns
 from fedrun.errors import require
 
 
 @dataclass
-class FedTrimmedAvgHparams:
+class FedTrimmedAvgHparams(GlobalLrHparams):
     beta: float = 0.2  # fraction trimmed at EACH end
-    global_lr: float = 1.0  # eta_g
 
     def check(self) -> None:
         require(0 <= self.beta < 0.5, "algorithm.beta", "a number in [0, 0.5)", self.beta)
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
 
 
 class FedTrimmedAvg(GatheredDeltas):

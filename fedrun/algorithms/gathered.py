@@ -21,6 +21,7 @@ from fedrun.algorithms.base import (
     RoundContext,
     Vector,
     model_delta,
+    unchanged_if_empty,
 )
 
 
@@ -35,10 +36,9 @@ class GatheredDeltas(Algorithm):
                       clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         return {"delta": model_delta(local, down)}, state
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
         step = self.aggregate(up["delta"])
         return server if step is None else {**server, "x": server["x"] + self.hp.global_lr * step}
 

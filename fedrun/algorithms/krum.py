@@ -20,20 +20,20 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from fedrun.algorithms.base import GlobalLrHparams
 from fedrun.algorithms.gathered import GatheredDeltas
 from fedrun.errors import require
 
 
 @dataclass
-class KrumHparams:
+class KrumHparams(GlobalLrHparams):
     num_malicious: int = 1  # f: the number of Byzantine clients per round the rule tolerates
     num_keep: int = 1  # m: 1 is Krum, > 1 Multi-Krum
-    global_lr: float = 1.0  # eta_g
 
     def check(self) -> None:
         require(self.num_malicious >= 0, "algorithm.num_malicious", "an integer >= 0", self.num_malicious)
         require(self.num_keep >= 1, "algorithm.num_keep", "an integer >= 1", self.num_keep)
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
 
 
 class Krum(GatheredDeltas):

@@ -25,11 +25,13 @@ from fedrun.algorithms.base import (
     Clients,
     Declaration,
     Entry,
+    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Scalar,
     Vector,
     model_delta,
+    unchanged_if_empty,
 )
 from fedrun.errors import ConfigError, require
 
@@ -56,15 +58,14 @@ def server_step(form: Form, global_lr: float, direction: Tensor, ctx: RoundConte
 
 
 @dataclass
-class MifaHparams:
-    global_lr: float = 1.0  # eta_g
+class MifaHparams(GlobalLrHparams):
     form: Form = "code"
     # paper form: no model update until every client has reported once (FLGo's default, c = 1.0);
     # false: zero-initialized memories from round 0 (the only behaviour of the code form)
     wait_all: bool = False
 
     def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
+        super().check()
         require(not self.wait_all or self.form == "paper", "algorithm.wait_all",
                 "false with form=code (the code form starts from zero memories)", self.wait_all)
 
@@ -112,12 +113,8 @@ class Mifa(Algorithm):
 
 
 @dataclass
-class FedVarpHparams:
-    global_lr: float = 1.0  # eta_g
+class FedVarpHparams(GlobalLrHparams):
     form: Form = "code"  # paper: normalized pseudo-gradients (fedrun's option for a varying eta_l)
-
-    def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
 
 
 class FedVarp(Algorithm):
@@ -143,10 +140,9 @@ class FedVarp(Algorithm):
         y_new = memory_entry(local, down, self.hp.form, ctx)
         return {"innovation": y_new - state["y"]}, {**state, "y": y_new}
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
         direction = server["y_mean"] + up["innovation"] / ctx.num_active
         return {**server,
                 "x": server["x"] + server_step(self.hp.form, self.hp.global_lr, direction, ctx),

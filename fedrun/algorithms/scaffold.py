@@ -30,22 +30,20 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
+    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
     Vector,
     model_delta,
+    unchanged_if_empty,
 )
-from fedrun.errors import ConfigError, require
+from fedrun.errors import ConfigError
 
 
 @dataclass
-class ScaffoldHparams:
-    global_lr: float = 1.0  # eta_g
+class ScaffoldHparams(GlobalLrHparams):
     form: Literal["original", "single_uplink"] = "original"
-
-    def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
 
 
 class Scaffold(Algorithm):
@@ -80,10 +78,9 @@ class Scaffold(Algorithm):
         c_plus = c_i - down["c"] - dx / (ctx.local_steps * ctx.lr)  # Option II
         return {"dx": dx, "dc": c_plus - c_i}, {**state, "c_i": c_plus}
 
+    @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
                       ctx: RoundContext) -> dict[str, Tensor]:
-        if ctx.num_active == 0:
-            return server
         x, c, eta_g = server["x"], server["c"], self.hp.global_lr
         if self.single_uplink:
             delta = up["delta"]

@@ -3,7 +3,37 @@ client's state), or, for algorithms without per-client state, each round's parti
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from fedrun.data.client_block import ClientBlock
+
+
+@dataclass
+class Placement:
+    """Where this rank's clients are. ``mode`` "blocks": the rank holds and trains its contiguous block
+    ``blocks[rank]`` (it owns those clients' state); "work": it holds every client's data and trains its
+    share of each step's clients, split by ``work`` (:func:`split_by_work`)."""
+
+    mode: str  # "blocks" or "work" (resolved run.placement)
+    blocks: list[tuple[int, int]]  # [first, stop) client ids owned by each rank (their state lives there)
+    work: np.ndarray | None  # per-client work (examples x steps) for mode "work"
+    block: ClientBlock  # this rank's client data (all clients for mode "work")
+    rank: int
+    size: int
+
+    @property
+    def first(self) -> int:
+        """Global id of block row 0."""
+        return self.block.first
+
+    def local_rows(self, ids: np.ndarray) -> np.ndarray:
+        """This rank's share of the clients ``ids`` (sorted global ids), as block rows."""
+        if self.mode == "work":
+            return split_by_work(ids, self.work[ids], self.size)[self.rank]
+        first, stop = self.blocks[self.rank]
+        return ids[(ids >= first) & (ids < stop)] - first
 
 
 def assign_blocks(num_examples: np.ndarray, ranks: int) -> list[tuple[int, int]]:

@@ -4,9 +4,10 @@
 Construction, in order (the order fixes the random streams, so it is part of the behaviour): the data
 and its partition into N clients, the client blocks of the ranks, the algorithm's declaration, the
 placement and this rank's client data, the model and x^(0) (``torch.manual_seed(run.seed)`` first),
-the test shard, the client store and server state, the flat layouts and the first downlink broadcast,
-the schedule, and the local-training strategy. With ``data.client_test_fraction`` > 0 every client's
-test examples are split off its partition first (its training examples are the rest).
+the test shard, the schedule, the client store (with the rows the schedule holds uploads in) and the
+server state, the flat layouts and the first downlink broadcast, and the local-training strategy. With
+``data.client_test_fraction`` > 0 every client's test examples are split off its partition first (its
+training examples are the rest).
 """
 
 from __future__ import annotations
@@ -29,28 +30,38 @@ from fedrun.data.client_block import ClientBlock
 from fedrun.data.partition import partition, split_client_tests
 from fedrun.data.sizes import check_memory
 from fedrun.errors import ConfigError
-from fedrun.federation.blocks import assign_blocks, round_work
+from fedrun.federation.blocks import Placement, assign_blocks, round_work
 from fedrun.federation.client_eval import ClientEval
 from fedrun.federation.corruption import Corruption
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.exchange import Exchange, check_gathered_memory
-from fedrun.federation.participation import make_participation
-from fedrun.federation.schedule import Buffered, Schedule, Synchronous
+from fedrun.federation.schedule import Schedule, make_schedule, schedule_type
 from fedrun.models import build_model, uses_randomness
 from fedrun.preflight import check_model_fits_data
-from fedrun.protocol import Declaration, Scalar
+from fedrun.protocol import Declaration
 from fedrun.runtime.world import World
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn, loss_for
 from fedrun.training.strategy import applicable_strategies, check_strategy, time_strategies
 
-PENDING = "_pending_"  # per-client rows of parked uploads: PENDING + upload entry name, and PENDING + "loss"
+
+@dataclass
+class Learner:
+    """The model and what it is trained and tested with on this rank."""
+
+    model: FlatModel
+    random_model: bool  # the forward pass draws random numbers (dropout)
+    loss_fn: LossFn
+    classification: bool
+    test_x: Tensor  # this rank's shard of the test set
+    test_y: Tensor
 
 
 @dataclass
 class Setup:
-    """What a rank holds for one run and no round changes."""
+    """What a rank holds for one run and no round changes: the run's fixed facts, where its clients are
+    (``placement``), the model (``learner``), and the engine parts."""
 
     cfg: Config
     world: World
@@ -58,28 +69,15 @@ class Setup:
     dtype: torch.dtype
     num_clients: int  # N
     total_examples: float  # sum_j n_j
-    blocks: list[tuple[int, int]]  # [first, stop) client ids owned by each rank (their state lives there)
-    placement: str  # "blocks" or "work" (resolved run.placement)
-    work: np.ndarray | None  # per-client work (examples x steps) for placement "work"
-    block: ClientBlock  # this rank's client data (all clients for placement "work")
+    dim: int  # d
+    placement: Placement
+    learner: Learner
     algorithm: Algorithm
     decl: Declaration  # the algorithm's declaration
-    model: FlatModel
-    random_model: bool  # the forward pass draws random numbers (dropout)
-    dim: int  # d
-    loss_fn: LossFn
-    classification: bool
-    test_x: Tensor  # this rank's shard of the test set
-    test_y: Tensor
     exchange: Exchange
     strategy_timings: dict[str, float]
     corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
     client_eval: ClientEval | None = None  # per-client evaluation (data.client_test_fraction > 0)
-
-    @property
-    def first(self) -> int:
-        """Global id of block row 0."""
-        return self.block.first
 
 
 @dataclass
@@ -87,7 +85,7 @@ class RunState:
     """Everything a checkpoint holds: the run is exactly this plus the config.
 
     ``server`` lives on rank 0 only; ``clients`` holds this rank's block rows of every per-client entry
-    (and, when the schedule parks uploads, the uploads waiting to be consumed)."""
+    and of the rows the schedule holds uploads in (:meth:`~fedrun.federation.schedule.Schedule.held_entries`)."""
 
     next_round: int
     server: dict[str, Tensor]
@@ -124,10 +122,9 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     corruption = None
     if cfg.corruption.kind != "none":
         corruption = Corruption(cfg.corruption, decl, cfg.algorithm.name, num_clients, seed)
-    asynchronous = cfg.asynchrony.enabled
-    placement = _placement(cfg, decl, world, asynchronous)
+    mode = _placement(cfg, decl, world, schedule_type(cfg))
     work = None
-    if placement == "work":  # every rank can train every client: its block is all of them
+    if mode == "work":  # every rank can train every client: its block is all of them
         first, stop = 0, num_clients
         work = round_work(sizes, cfg.local.batch_size, cfg.local.steps, cfg.local.epochs)
     else:
@@ -143,57 +140,46 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
         x0 = torch.as_tensor(ls_x0, dtype=dtype, device=world.device)
     test_rows = np.arange(world.rank, len(task.y_test), world.size)
 
-    store_entries = decl.client
-    if asynchronous:  # one pending-upload row per uploaded entry (and its loss) next to the client state
-        store_entries = (*decl.client, *(type(e)(PENDING + e.name) for e in (*decl.up, Scalar("loss"))))
-    clients = ClientStore(store_entries, block.num_clients, x0)
+    schedule = make_schedule(cfg, num_clients, dtype, world.device)
+    clients = ClientStore((*decl.client, *schedule.held_entries(decl.up)), block.num_clients, x0)
     server = init_server(decl.server, x0) if world.is_root else {}
-    exchange = Exchange(decl, model.dim, world, dtype)
+    exchange = Exchange(decl, model.dim, world, dtype, cfg.run.skip_nonfinite_clients)
     exchange.publish(server)
-
-    schedule: Schedule
-    if asynchronous:
-        schedule = Buffered(cfg.asynchrony, num_clients, seed, dtype, world.device)
-        cohort = worst = cfg.asynchrony.buffer_size
-    else:
-        participation = make_participation(cfg.participation, num_clients, seed, cfg.run.rounds)
-        schedule = Synchronous(participation)
-        cohort = num_clients if cfg.participation.pattern == "full" else cfg.participation.clients_per_round
-        worst = participation.max_active()
     if exchange.gathered:
-        check_gathered_memory(len(exchange.gathered), worst, model.dim, dtype, world,
+        check_gathered_memory(len(exchange.gathered), schedule.max_consumed(), model.dim, dtype, world,
                               f"algorithm.name={cfg.algorithm.name}")
     random_model = uses_randomness(module)
     loss_fn = loss_for(task.task)
-    strategy, timings = _choose_strategy(cfg, world, model, block, random_model, loss_fn, x0, cohort)
+    strategy, timings = _choose_strategy(cfg, world, model, block, random_model, loss_fn, x0, schedule.cohort)
+    learner = Learner(model=model, random_model=random_model, loss_fn=loss_fn,
+                      classification=task.task == "classification",
+                      test_x=_to_device(task.x_test[test_rows], world.device, dtype),
+                      test_y=_to_device(task.y_test[test_rows], world.device, dtype))
     setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients,
-                  total_examples=float(sizes.sum()), blocks=blocks, placement=placement, work=work, block=block,
-                  algorithm=algorithm, decl=decl, model=model, random_model=random_model, dim=model.dim,
-                  loss_fn=loss_fn, classification=task.task == "classification",
-                  test_x=_to_device(task.x_test[test_rows], world.device, dtype),
-                  test_y=_to_device(task.y_test[test_rows], world.device, dtype),
-                  exchange=exchange, strategy_timings=timings, corruption=corruption)
+                  total_examples=float(sizes.sum()), dim=model.dim,
+                  placement=Placement(mode, blocks, work, block, world.rank, world.size), learner=learner,
+                  algorithm=algorithm, decl=decl, exchange=exchange, strategy_timings=timings, corruption=corruption)
     if tests is not None:
-        setup.client_eval = ClientEval(cfg, world, tests, blocks, dtype, setup.classification)
+        setup.client_eval = ClientEval(cfg, world, tests, blocks, dtype, learner.classification)
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
                      delay=DelayTracker(num_clients), strategy=strategy)
     return setup, state
 
 
-def _placement(cfg: Config, decl: Declaration, world: World, asynchronous: bool) -> str:
+def _placement(cfg: Config, decl: Declaration, world: World, schedule: type[Schedule]) -> str:
     """``run.placement`` resolved: ``work`` needs an algorithm without per-client state (that state lives
-    on its owner rank) and a schedule that sums uploads at once (parked uploads live there too); ``auto``
-    takes it on CPU with more than one rank (on a GPU every rank would hold all clients' data)."""
-    requested, stateful = cfg.run.placement, bool(decl.client)
-    if requested == "work" and asynchronous:
-        raise ConfigError("run.placement=work: the asynchronous mode keeps in-flight uploads on the clients' "
+    on its owner rank) and a schedule that holds no uploads in client rows across steps (those live there
+    too); ``auto`` takes it on CPU with more than one rank (on a GPU every rank would hold all clients' data)."""
+    requested, stateful, holds = cfg.run.placement, bool(decl.client), bool(schedule.held_entries(decl.up))
+    if requested == "work" and holds:
+        raise ConfigError(f"run.placement=work: the {schedule.description} keeps in-flight uploads on the clients' "
                           "owner ranks; expected blocks or auto")
     if requested == "work" and stateful:
         names = ", ".join(e.name for e in decl.client)
         raise ConfigError(f"run.placement=work: algorithm {cfg.algorithm.name} keeps per-client state "
                           f"({names}) on its owner rank; expected blocks or auto")
     if requested == "auto":
-        usable = not stateful and not asynchronous and world.size > 1 and world.device.type == "cpu"
+        usable = not stateful and not holds and world.size > 1 and world.device.type == "cpu"
         return "work" if usable else "blocks"
     return requested
 

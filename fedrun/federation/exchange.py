@@ -50,6 +50,29 @@ ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict
 
 
 @dataclasses.dataclass
+class Uplink:
+    """What one rank brings to a step's reduce: its share of the consumed uploads and its flags."""
+
+    sums: dict[str, Tensor] | None = None  # summed kept uploads; gathered entries as [C, d] rows; None: none here
+    loss_sum: Tensor | None = None  # their training losses, summed
+    slots: np.ndarray | None = None  # positions of the gathered rows among the step's consumed clients
+    nonfinite: int = 0  # consumed uploads of this rank that were not finite
+    bad_client: int = -1  # the smallest global id among those (-1: none)
+    stop_requested: bool = False  # this rank received a stop signal
+
+
+@dataclasses.dataclass
+class Totals:
+    """The reduced uplink on rank 0: every rank's uploads summed (gathered entries ``[n, d]``) and flags."""
+
+    up: dict[str, Tensor]
+    loss: float  # sum of the training losses
+    nonfinite: int  # uploads that were not finite, over all ranks
+    bad_client: int  # the smallest client id with a non-finite upload (-1: none)
+    signal: bool  # some rank received a stop signal
+
+
+@dataclasses.dataclass
 class Outcome:
     """What every rank learns from an exchange."""
 
@@ -64,8 +87,10 @@ class Exchange:
     """The flat layouts of one algorithm's declaration, the downlink buffer every rank reads its round's
     downlink from, and the communication each direction costs per client (in floats)."""
 
-    def __init__(self, decl: Declaration, dim: int, world: World, dtype: torch.dtype) -> None:
+    def __init__(self, decl: Declaration, dim: int, world: World, dtype: torch.dtype,
+                 skip_nonfinite: bool = False) -> None:
         self.world, self.dtype = world, dtype
+        self.skip_nonfinite = skip_nonfinite  # run.skip_nonfinite_clients: drop non-finite uploads
         def numel(entry: Entry) -> int:
             return 1 if isinstance(entry, Scalar) else dim
 
@@ -114,64 +139,89 @@ class Exchange:
         """The current global model x (a view into the downlink buffer)."""
         return self.down_layout.unpack(self.down_buf, self.down_scalars)["x"]
 
-    def step(self, label: str, ctx: RoundContext, sums: dict[str, Tensor] | None, loss_sum: Tensor | None,
-             bad_client: int, num_bad: int, stop_requested: bool, skip: bool, server: dict[str, Tensor],
-             server_rule: ServerRule, slots: np.ndarray | None = None) -> Outcome:
-        """Steps 4 and 5 of a round. ``sums``: this rank's summed kept uploads (None: none), gathered
-        entries as this rank's ``[C, d]`` rows, which go to positions ``slots`` of the step's
-        ``ctx.num_active`` consumed clients; ``num_bad`` uploads of this rank were not finite, the
-        smallest such client id is ``bad_client``; with ``skip`` they were left out of ``sums`` and the
-        server rule sees |S_t| minus them, else the run stops with :class:`NumericalError`."""
-        world = self.world
+    def step(self, label: str, ctx: RoundContext, uplink: Uplink, server: dict[str, Tensor],
+             server_rule: ServerRule) -> Outcome:
+        """Steps 4 and 5 of a step (``label`` names it in messages) that consumes ``ctx.num_active``
+        uploads: ONE reduce of every rank's :class:`Uplink` to rank 0, the server rule there under the
+        non-finite policy (:func:`guarded_rule`), ONE broadcast of the next downlink; then every rank
+        stops on a non-finite step (:func:`raise_nonfinite`)."""
         layout = self.layout(ctx.num_active)
-        up_buf = layout.empty(self.dtype, world.device)
-        if sums is not None:
-            layout.pack({**sums, "_loss": loss_sum, "_nonfinite": torch.tensor(float(num_bad)),
-                         "_signal": torch.zeros(()), _BAD_CLIENT: torch.zeros(world.size)}, up_buf, set(self.gathered))
-            index = None if slots is None else torch.as_tensor(slots, device=world.device)
-            for name in self.gathered:
-                up_buf[layout.slices[name]].view(ctx.num_active, self.dim).index_copy_(0, index, sums[name])
-            if num_bad:
-                up_buf[layout.slices[_BAD_CLIENT].start + world.rank] = float(bad_client + 1)
-        up_buf[layout.slices["_signal"]] = 1.0 if stop_requested else 0.0
-        reduce_to_root(world, up_buf)
+        up_buf = self._pack(layout, ctx.num_active, uplink)
+        reduce_to_root(self.world, up_buf)
         train_loss = float("nan")
-        if world.is_root:
-            up = layout.unpack(up_buf, self.up_scalars)
-            for name in self.gathered:
-                up[name] = up[name].view(ctx.num_active, self.dim)
-            nonfinite = float(up.pop("_nonfinite"))
-            signals = float(up.pop("_signal"))
-            loss_total = float(up.pop("_loss"))
-            slots = up.pop(_BAD_CLIENT)
-            worst = float(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1.0
-            kept = ctx.num_active - (int(nonfinite) if skip else 0)  # |S_t| the server rule sees
-            train_loss = loss_total / kept if kept else float("nan")
-            stop = CONTINUE
-            if nonfinite > 0 and not skip:
-                stop = STOP_NONFINITE
-            else:
-                new_server = server_rule(server, up, dataclasses.replace(ctx, num_active=kept))
-                if all(bool(torch.isfinite(v).all()) for v in new_server.values()):
-                    server = new_server  # a non-finite step is not applied: the last good state stays
-                    stop = STOP_SIGNAL if signals > 0 else CONTINUE
-                else:
-                    stop = STOP_NONFINITE
-            down = self.publish(server, stop, nonfinite, worst)
+        if self.world.is_root:
+            totals = self._unpack(layout, ctx.num_active, up_buf)
+            kept = ctx.num_active - (totals.nonfinite if self.skip_nonfinite else 0)  # |S_t| the rule sees
+            train_loss = totals.loss / kept if kept else float("nan")
+            server, stop = guarded_rule(server_rule, server, totals, dataclasses.replace(ctx, num_active=kept),
+                                        self.skip_nonfinite)
+            down = self.publish(server, stop, float(totals.nonfinite), float(totals.bad_client))
         else:
             down = self.publish(server)
-        stop = float(down["_stop"])
-        nonfinite_all = int(down["_nonfinite"])
-        if stop == STOP_NONFINITE:
-            if nonfinite_all and not skip:
-                others = f" (and {nonfinite_all - 1} other client(s))" if nonfinite_all > 1 else ""
-                raise NumericalError(f"{label}: client {int(down['_bad_client'])} uploaded a non-finite update "
-                                     f"or training loss (NaN/Inf){others}; lower the learning rates or set "
-                                     "run.skip_nonfinite_clients=true")
-            raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
+        raise_nonfinite(label, down, self.skip_nonfinite)
         down_next = {k: v for k, v in down.items() if not k.startswith("_")}
-        return Outcome(down_next=down_next, stop=stop, nonfinite=nonfinite_all, train_loss=train_loss,
-                       server=server)
+        return Outcome(down_next=down_next, stop=float(down["_stop"]), nonfinite=int(down["_nonfinite"]),
+                       train_loss=train_loss, server=server)
+
+    def _pack(self, layout: FlatLayout, consumed: int, uplink: Uplink) -> Tensor:
+        """This rank's uplink buffer: its sums (gathered rows in their slots, zeros elsewhere) and flags."""
+        world = self.world
+        up_buf = layout.empty(self.dtype, world.device)
+        if uplink.sums is not None:
+            layout.pack({**uplink.sums, "_loss": uplink.loss_sum, "_nonfinite": torch.tensor(float(uplink.nonfinite)),
+                         "_signal": torch.zeros(()), _BAD_CLIENT: torch.zeros(world.size)}, up_buf, set(self.gathered))
+            index = None if uplink.slots is None else torch.as_tensor(uplink.slots, device=world.device)
+            for name in self.gathered:
+                up_buf[layout.slices[name]].view(consumed, self.dim).index_copy_(0, index, uplink.sums[name])
+            if uplink.nonfinite:
+                up_buf[layout.slices[_BAD_CLIENT].start + world.rank] = float(uplink.bad_client + 1)
+        up_buf[layout.slices["_signal"]] = 1.0 if uplink.stop_requested else 0.0
+        return up_buf
+
+    def _unpack(self, layout: FlatLayout, consumed: int, up_buf: Tensor) -> Totals:
+        """The reduced buffer on rank 0 as :class:`Totals`."""
+        up = layout.unpack(up_buf, self.up_scalars)
+        for name in self.gathered:
+            up[name] = up[name].view(consumed, self.dim)
+        nonfinite = float(up.pop("_nonfinite"))
+        signals = float(up.pop("_signal"))
+        loss = float(up.pop("_loss"))
+        slots = up.pop(_BAD_CLIENT)  # per rank: its smallest bad client id + 1, or 0
+        bad_client = float(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1.0
+        return Totals(up=up, loss=loss, nonfinite=int(nonfinite), bad_client=int(bad_client), signal=signals > 0)
+
+
+# ------------------------------------------------------------------------------------ the non-finite policy
+
+
+def guarded_rule(server_rule: ServerRule, server: dict[str, Tensor], totals: Totals, ctx: RoundContext,
+                 skip: bool) -> tuple[dict[str, Tensor], float]:
+    """The server rule under the non-finite policy (rank 0): the server state to keep and the stop code.
+
+    A non-finite upload stops the run (STOP_NONFINITE, the rule is not called) unless ``skip``
+    (``run.skip_nonfinite_clients``) left it out of the sums; a rule whose result is not finite is not
+    applied (the last good state stays) and stops the run; otherwise the new state is kept and the run
+    continues, or stops after this step when a rank received a signal (STOP_SIGNAL)."""
+    if totals.nonfinite > 0 and not skip:
+        return server, STOP_NONFINITE
+    new_server = server_rule(server, totals.up, ctx)
+    if not all(bool(torch.isfinite(v).all()) for v in new_server.values()):
+        return server, STOP_NONFINITE
+    return new_server, STOP_SIGNAL if totals.signal else CONTINUE
+
+
+def raise_nonfinite(label: str, down: dict[str, Tensor], skip: bool) -> None:
+    """On every rank after the broadcast: raise :class:`NumericalError` (exit status 3) naming the step
+    ``label`` and the cause when rank 0 stopped the run on a non-finite upload or model."""
+    if float(down["_stop"]) != STOP_NONFINITE:
+        return
+    nonfinite = int(down["_nonfinite"])
+    if nonfinite and not skip:
+        others = f" (and {nonfinite - 1} other client(s))" if nonfinite > 1 else ""
+        raise NumericalError(f"{label}: client {int(down['_bad_client'])} uploaded a non-finite update "
+                             f"or training loss (NaN/Inf){others}; lower the learning rates or set "
+                             "run.skip_nonfinite_clients=true")
+    raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
 
 
 def sum_uploads(up: dict[str, Tensor], loss: Tensor, ids: np.ndarray, skip: bool, gathered: list[str] = (),

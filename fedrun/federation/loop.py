@@ -156,7 +156,7 @@ class RuntimeLog:
             "provenance": provenance(self.world),  # collective: the ranks' host names
             "ranks": self.world.size, "device": str(self.world.device), "backend": self.world.backend,
             "launcher": self.world.launcher, "network": self.world.network,
-            "placement": setup.placement, "blocks": setup.blocks, "dim": setup.dim,
+            "placement": setup.placement.mode, "blocks": setup.placement.blocks, "dim": setup.dim,
             "client_state_bytes_per_rank": state.clients.nbytes,
             "local_strategy": state.strategy, "strategy_timings_s": setup.strategy_timings,
             "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],

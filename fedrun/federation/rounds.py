@@ -5,9 +5,10 @@ Round (or asynchronous server step) t, on every rank; the runtime never knows wh
 1. ask the schedule: who starts training now, whose uploads the server consumes now (identical on
    every rank);
 2. read this round's downlink (received by the broadcast that ended the previous round);
-3. train this rank's starting clients: local plan, K local steps, client rule; store their new state;
-   their uploads are summed at once (synchronous) or parked in their rows until consumed (asynchronous);
-4. sum this rank's consumed uploads (gathered entries: place their rows) and join ONE reduce to rank 0;
+3. train this rank's starting clients: local plan, K local steps, client rule; the schedule holds their
+   uploads (the synchronous one until step 4 of the same round, the asynchronous one in their rows);
+4. the schedule releases this rank's consumed uploads; sum them (gathered entries: place their rows),
+   store the trained clients' new state (not a dropped client's) and join ONE reduce to rank 0;
 5. rank 0 applies the server rule and publishes the next downlink in ONE broadcast;
 6. block-wide client bookkeeping (``after_round``), delay metrics, evaluation, the metrics record.
 """
@@ -23,9 +24,8 @@ import torch
 from torch import Tensor
 
 from fedrun.config import Config
-from fedrun.federation.blocks import split_by_work
-from fedrun.federation.build import PENDING, RunState, Setup
-from fedrun.federation.exchange import sum_uploads
+from fedrun.federation.build import RunState, Setup
+from fedrun.federation.exchange import Uplink, sum_uploads
 from fedrun.federation.schedule import Step
 from fedrun.metrics.per_client import summary
 from fedrun.protocol import Clients, LocalResult, RoundContext
@@ -41,65 +41,53 @@ CLIENT_ARRAYS = "_client_arrays"  # entry key of the per-client arrays of an eva
 def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = False) -> dict[str, Any]:
     """Run round t (collective over all ranks), advance ``state`` and return the round's metrics record;
     ``stop_requested``: this rank received a stop signal (the run stops after the round on every rank)."""
-    cfg, world = setup.cfg, setup.world
+    cfg, world, schedule, placement = setup.cfg, setup.world, state.schedule, setup.placement
     wall = time.perf_counter()
     # 1. the schedule's step, identical on every rank
-    step = state.schedule.begin(t)
+    step = schedule.begin(t)
     lr = local_lr(cfg.local, t)
     train_ctx = context(setup, t, lr, len(step.start))
     ctx = context(setup, t, lr, len(step.consume), step.staleness)
     # 2. this round's downlink
     down = setup.exchange.downlink()
-    # 3. local training of this rank's starting clients; 4. its consumed uploads, summed
-    parks = state.schedule.parks_uploads
-    skip = cfg.run.skip_nonfinite_clients and not parks
-    consumed = local_rows(setup, step.consume)
-    sums, loss_sum, kept = None, None, np.ones(len(consumed), dtype=bool)
-    if parks:  # train, park the uploads in the clients' rows; sum the consumed ones
-        for rows, start in start_groups(setup, state, step, local_rows(setup, step.start), down):
-            fresh = np.zeros(len(rows), dtype=np.int64)  # staleness counts from the client's start
-            up, loss, new_state = train_clients(setup, state, rows, start, down, t, train_ctx, fresh)
-            park(setup, state, rows, up, loss, new_state)
-        if len(consumed):
-            up, loss = take_parked(setup, state, consumed)
-            sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip, setup.exchange.gathered)
-    elif len(consumed):  # the consumed clients are the starting ones: train and sum at once
-        up, loss, new_state = train_clients(setup, state, consumed, down, down, t, train_ctx, None)
-        sums, loss_sum, kept = sum_uploads(up, loss, consumed, skip, setup.exchange.gathered)
-        if not kept.all():  # a dropped client's state stays as it was before the round
-            new_state = {name: value[torch.as_tensor(kept, device=value.device)] for name, value in new_state.items()}
-        state.clients.scatter(torch.as_tensor(consumed[kept], device=world.device), new_state)
+    # 3. local training of this rank's starting clients; the schedule holds their uploads
+    trained = []
+    for rows, start in start_groups(step, placement.local_rows(step.start), placement.first, down):
+        fresh = None if step.staleness is None else np.zeros(len(rows), dtype=np.int64)  # counts from the start
+        up, loss, new_state = train_clients(setup, state, rows, start, down, t, train_ctx, fresh)
+        schedule.hold(state.clients, rows_index(setup, rows), {**up, "loss": loss})
+        trained.append((rows, new_state))
+    # 4. this rank's consumed uploads, released by the schedule and summed; the trained clients' new state
+    skip = cfg.run.skip_nonfinite_clients
+    consumed = placement.local_rows(step.consume)
+    uplink, kept = consume(setup, state, step, consumed, stop_requested)
     bad = consumed[~kept]
+    for rows, new_state in trained:
+        store_state(setup, state, rows, new_state, bad)
     # 5. one reduce, the server rule on rank 0, one broadcast
-    label = f"server step {t + 1}" if parks else f"round {t + 1}"  # user-visible numbers count from 1
-    slots = np.searchsorted(step.consume, consumed + setup.first)  # rows of gathered uploads, client-id order
-    outcome = setup.exchange.step(label, ctx, sums, loss_sum, int(bad.min()) + setup.first if len(bad) else -1,
-                                  len(bad), stop_requested, skip, state.server, setup.algorithm.server_update, slots)
+    label = f"{schedule.step_name} {t + 1}"  # user-visible numbers count from 1
+    outcome = setup.exchange.step(label, ctx, uplink, state.server, setup.algorithm.server_update)
     state.server = outcome.server
     arrived = np.zeros(setup.num_clients, dtype=bool)
     arrived[step.consume] = True
     dropped = outcome.nonfinite if skip else 0
     if dropped:  # the dropped clients count as absent from this round, on every rank
         ctx = dataclasses.replace(ctx, num_active=ctx.num_active - dropped)
-        for ids in world.allgather_object((bad + setup.first).tolist()):
+        for ids in world.allgather_object((bad + placement.first).tolist()):
             arrived[ids] = False
         consumed = consumed[kept]
     # 6. bookkeeping for every client of the block, delay metrics, evaluation
-    mask = torch.zeros(setup.block.num_clients, dtype=torch.bool, device=world.device)
+    mask = torch.zeros(placement.block.num_clients, dtype=torch.bool, device=world.device)
     mask[torch.as_tensor(consumed, device=world.device, dtype=torch.long)] = True
     algo_state = {e.name: state.clients.tensors[e.name] for e in setup.decl.client}
     state.clients.tensors.update(setup.algorithm.after_round(outcome.down_next, algo_state, mask, ctx))
-    if parks:  # the consumed uploads leave their rows
-        rows = torch.as_tensor(consumed, device=world.device, dtype=torch.long)
-        for name in (*(e.name for e in setup.decl.up), "loss"):
-            state.clients.tensors[PENDING + name][rows] = 0
     delays = state.delay.update(arrived)
     delays.pop("round")  # the tracker's own 0-based counter; user-visible rounds count from 1 (README)
     entry: dict[str, Any] = {"round": t + 1, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
                              "local_lr": lr, **delays}
     if skip:
         entry["dropped_clients"] = dropped
-    entry.update(state.schedule.end(t, step, down["x"]))
+    entry.update(schedule.end(t, step, down["x"]))
     if eval_due(cfg, t):
         entry.update(evaluate(setup, outcome.down_next["x"]))
         if setup.client_eval is not None:
@@ -120,36 +108,47 @@ def context(setup: Setup, t: int, lr: float, num_active: int, staleness: np.ndar
                         max_staleness=int(staleness.max()) if staleness is not None and len(staleness) else 0)
 
 
-def local_rows(setup: Setup, ids: np.ndarray) -> np.ndarray:
-    """This rank's share of the clients ``ids`` (sorted global ids), as block rows."""
-    if setup.placement == "work":
-        return split_by_work(ids, setup.work[ids], setup.world.size)[setup.world.rank]
-    first, stop = setup.blocks[setup.world.rank]
-    return ids[(ids >= first) & (ids < stop)] - first
+def consume(setup: Setup, state: RunState, step: Step, consumed: np.ndarray, stop_requested: bool,
+            ) -> tuple[Uplink, np.ndarray]:
+    """This rank's part of the step's reduce: the uploads of its consumed clients (block rows ``consumed``),
+    released by the schedule and summed (without the non-finite ones under ``run.skip_nonfinite_clients``),
+    and a bool mask of the clients whose upload was finite."""
+    first = setup.placement.first
+    if not len(consumed):
+        return Uplink(stop_requested=stop_requested), np.ones(0, dtype=bool)
+    up = state.schedule.release(state.clients, rows_index(setup, consumed))
+    loss = up.pop("loss")
+    sums, loss_sum, kept = sum_uploads(up, loss, consumed, setup.cfg.run.skip_nonfinite_clients,
+                                       setup.exchange.gathered)
+    bad = consumed[~kept] + first
+    slots = np.searchsorted(step.consume, consumed + first)  # rows of gathered uploads, client-id order
+    return Uplink(sums, loss_sum, slots, nonfinite=len(bad), bad_client=int(bad.min()) if len(bad) else -1,
+                  stop_requested=stop_requested), kept
 
 
-def start_groups(setup: Setup, state: RunState, step: Step, rows: np.ndarray, down: dict[str, Tensor],
+def store_state(setup: Setup, state: RunState, rows: np.ndarray, new_state: dict[str, Tensor],
+                dropped: np.ndarray) -> None:
+    """Store the new client state of the trained block rows ``rows``, except for the ``dropped`` rows (a
+    client dropped for a non-finite upload keeps its state from before the round)."""
+    keep = ~np.isin(rows, dropped)
+    if not keep.all():
+        new_state = {name: value[torch.as_tensor(keep, device=value.device)] for name, value in new_state.items()}
+    state.clients.scatter(rows_index(setup, rows[keep]), new_state)
+
+
+def rows_index(setup: Setup, rows: np.ndarray) -> Tensor:
+    """Block rows as an index tensor on this rank's device."""
+    return torch.as_tensor(rows, device=setup.world.device)
+
+
+def start_groups(step: Step, rows: np.ndarray, first: int, down: dict[str, Tensor],
                  ) -> list[tuple[np.ndarray, dict[str, Tensor]]]:
-    """This rank's starting clients (block rows) grouped by the downlink their local plan starts from:
-    the clients the step starts from the previous model first, then the others from ``down``."""
-    previous = np.isin(rows + setup.first, step.from_previous)
-    groups = [(rows[previous], {**down, "x": state.schedule.previous_model}), (rows[~previous], down)]
+    """This rank's starting clients (block rows ``rows``; global id = row + ``first``) grouped by the
+    downlink their local plan starts from: those the step starts from the previous model first, then the
+    others from ``down``."""
+    previous = np.isin(rows + first, step.from_previous)
+    groups = [(rows[previous], {**down, "x": step.previous_x}), (rows[~previous], down)]
     return [(group, start) for group, start in groups if len(group)]
-
-
-def park(setup: Setup, state: RunState, rows: np.ndarray, up: dict[str, Tensor], loss: Tensor,
-         new_state: dict[str, Tensor]) -> None:
-    """Store the new client state of block rows ``rows`` and park their uploads until consumed."""
-    index = torch.as_tensor(rows, device=setup.world.device)
-    state.clients.scatter(index, new_state)
-    state.clients.scatter(index, {PENDING + name: value for name, value in {**up, "loss": loss}.items()})
-
-
-def take_parked(setup: Setup, state: RunState, rows: np.ndarray) -> tuple[dict[str, Tensor], Tensor]:
-    """The parked uploads and losses of block rows ``rows``."""
-    index = torch.as_tensor(rows, device=setup.world.device)
-    up = {e.name: state.clients.tensors[PENDING + e.name].index_select(0, index) for e in setup.decl.up}
-    return up, state.clients.tensors[PENDING + "loss"].index_select(0, index)
 
 
 def train_clients(setup: Setup, state: RunState, rows: np.ndarray, start: dict[str, Tensor],
@@ -159,30 +158,30 @@ def train_clients(setup: Setup, state: RunState, rows: np.ndarray, start: dict[s
     rule (against ``down``) for block rows ``rows`` (sorted); ``staleness``: what the rules see while
     training (None in synchronous rounds). Returns the uploads, the mean training losses and the new
     client state, ``[C, ...]`` in the order of ``rows``."""
-    cfg, algorithm = setup.cfg, setup.algorithm
-    index = torch.as_tensor(rows, device=setup.world.device)
+    cfg, algorithm, learner, block = setup.cfg, setup.algorithm, setup.learner, setup.placement.block
+    index = rows_index(setup, rows)
     clients = client_view(setup, state, rows, t, staleness)
     client_state = state.clients.gather(index, [e.name for e in setup.decl.client])
     plan = algorithm.local_plan(start, client_state, clients, ctx)
-    batches = setup.block.batches(rows, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps, cfg.local.epochs,
-                                  cfg.local.shuffle)
-    oracle, group_size = local_oracle(state.strategy, setup.model, setup.loss_fn, setup.block, batches,
-                                      rows + setup.first, cfg.run.seed, t, reseed=setup.random_model)
+    batches = block.batches(rows, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps, cfg.local.epochs,
+                            cfg.local.shuffle)
+    oracle, group_size = local_oracle(state.strategy, learner.model, learner.loss_fn, block, batches,
+                                      rows + block.first, cfg.run.seed, t, reseed=learner.random_model)
     local: LocalResult = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local, group_size=group_size)
     up, new_state = algorithm.client_finish(down, client_state, local, clients, ctx)
     if setup.corruption is not None:  # the runtime corrupts the chosen clients' deltas; the algorithm never knows
-        up = setup.corruption.apply(up, rows + setup.first, t)
+        up = setup.corruption.apply(up, rows + block.first, t)
     return up, local.loss, new_state
 
 
 def client_view(setup: Setup, state: RunState, rows: np.ndarray, t: int, staleness: np.ndarray | None) -> Clients:
     """What the rules may know about this rank's clients ``rows`` (block rows) in round t."""
-    device = setup.world.device
-    ids = rows + setup.first
+    device, block = setup.world.device, setup.placement.block
+    ids = rows + block.first
     probabilities = state.schedule.probabilities(t)
     return Clients(
         ids=torch.as_tensor(ids, device=device),
-        num_examples=torch.as_tensor(setup.block.num_examples[rows], dtype=setup.dtype, device=device),
+        num_examples=torch.as_tensor(block.num_examples[rows], dtype=setup.dtype, device=device),
         participations=torch.as_tensor(state.delay.participations[ids], device=device),
         last_active=torch.as_tensor(state.delay.last_active[ids], device=device),
         probability=None if probabilities is None else torch.as_tensor(probabilities[ids], dtype=setup.dtype,
@@ -199,12 +198,13 @@ def eval_due(cfg: Config, t: int) -> bool:
 
 def evaluate(setup: Setup, x: Tensor) -> dict[str, float]:
     """Test loss (and accuracy) of model ``x`` on the pooled test set, each rank evaluating its shard."""
-    sums = evaluate_shard(setup.model, setup.loss_fn, x, setup.test_x, setup.test_y, setup.cfg.eval.batch_size,
-                          setup.classification)
+    learner = setup.learner
+    sums = evaluate_shard(learner.model, learner.loss_fn, x, learner.test_x, learner.test_y,
+                          setup.cfg.eval.batch_size, learner.classification)
     all_reduce_sum(setup.world, sums)
     loss, correct, count = (float(v) for v in sums)
     out = {"test_loss": loss / count}
-    if setup.classification:
+    if learner.classification:
         out["test_accuracy"] = correct / count
     return out
 
@@ -213,7 +213,9 @@ def evaluate_clients(setup: Setup, state: RunState, x: Tensor, t: int) -> dict[s
     """The distribution over clients of their own test figures after round t (fedrun.metrics.per_client),
     with the per-client arrays under :data:`CLIENT_ARRAYS` (rank 0; collective)."""
     client_eval = setup.client_eval
-    arrays = client_eval.evaluate(setup.model, setup.loss_fn, x, t, setup.block, state.strategy, setup.random_model)
+    learner = setup.learner
+    arrays = client_eval.evaluate(learner.model, learner.loss_fn, x, t, setup.placement.block, state.strategy,
+                                  learner.random_model)
     if not arrays:
         return {}
     return {**summary(arrays, client_eval.counts), CLIENT_ARRAYS: arrays}

@@ -1,22 +1,30 @@
-"""Schedules: which clients start training at step t, and which finished uploads the server consumes.
+"""Schedules: which clients start training at step t, which finished uploads the server consumes, how
+the uploads wait in between, and what of this the checkpoint holds.
 
 The round engine (``fedrun.federation.rounds``) asks the schedule once per step. A :class:`Step` names
 
 * ``start``: the clients that train now, from the current global model x_t (a subset may start from the
-  previous model instead: ``from_previous``, the asynchronous dispatch quirk);
+  previous model ``previous_x`` instead: ``from_previous``, the asynchronous dispatch quirk);
 * ``consume``: the clients whose uploads the server rule takes now, and their ``staleness``.
+
+Between training and consumption an upload is *held* by the schedule (:meth:`Schedule.hold`) and
+*released* when consumed (:meth:`Schedule.release`); uploads held across steps live in per-client rows
+the schedule declares (:meth:`Schedule.held_entries`), which sit next to the client state on the owner
+rank and are saved with it. The schedule's own state is ``state_dict``, whose datasets a checkpoint must
+hold are :meth:`Schedule.layout`. So the round function and the checkpoint code have one path for every
+schedule.
 
 Two schedules exist:
 
 * :class:`Synchronous` (participation patterns, docs/participation.md): ``start == consume == S_t``,
-  staleness 0. Uploads are summed as soon as they are computed.
+  staleness 0. It holds the uploads just trained and releases them in the same step (no rows).
 * :class:`Buffered` (the buffered asynchronous mode, ``asynchrony.enabled``): an event queue of simulated
   arrivals. ``C`` clients are in flight; a client dispatched with version t trains at step t from x_t
   (same minibatches as a synchronous round t) and finishes at ``clock + duration``. Step t consumes the M
   in-flight uploads with the smallest finish times (ties: smaller id), whose staleness is
   ``tau_i = t - t_i^start``; the clock moves to the M-th finish time and M new clients, drawn uniformly
   from the idle ones, are dispatched with version t + 1. Uploads wait ("park") in per-client rows
-  between their training and their consumption.
+  (``_pending_<entry>``) between their training and their consumption.
 
 Everything is a function of (seed, t) and of the schedule's replicated state, so every rank computes the
 same steps whatever the number of ranks, and ``state_dict`` / ``load_state_dict`` resume it exactly.
@@ -25,18 +33,21 @@ same steps whatever the number of ranks, and ``state_dict`` / ``load_state_dict`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedrun.config import AsyncConfig
+from fedrun.config import AsyncConfig, Config
 from fedrun.errors import CheckpointError, ConfigError
-from fedrun.federation.participation import Participation, round_rng
+from fedrun.federation.participation import Participation, make_participation, round_rng
+from fedrun.protocol import Entry, Scalar
+from fedrun.state.store import ClientStore
 
 DURATION_STREAM = 0x44555241  # "DURA": per-step durations of the dispatched clients
 CLASS_STREAM = 0x434C4153  # "CLAS": the speed class of every client
+PENDING = "_pending_"  # per-client rows of parked uploads: PENDING + upload entry name, and PENDING + "loss"
 
 
 @dataclass
@@ -47,13 +58,19 @@ class Step:
     consume: np.ndarray  # int64: clients whose uploads the server rule takes now
     staleness: np.ndarray | None = None  # int64 per consumed client; None: synchronous (all 0)
     from_previous: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # subset of start
+    previous_x: Tensor | None = None  # the model the ``from_previous`` clients start from
 
 
 class Schedule(Protocol):
-    """The interface the round engine uses; the state is numpy arrays (and tensors) for checkpoints."""
+    """The interface the round engine and the checkpoint use. The replicated state (``state_dict``) is
+    numpy arrays (and tensors), the same on every rank; held uploads (``hold``/``release``) are this rank's
+    own, in memory within a step or in its client rows (``held_entries``) across steps.
 
-    parks_uploads: bool  # True: an upload waits in its client's rows from training to consumption
-    previous_model: Tensor | None  # the model ``Step.from_previous`` clients start from
+    Uploads are dicts ``{entry name: [C, ...]}`` with the training losses under ``"loss"``."""
+
+    step_name: ClassVar[str]  # what one step is called in messages ("round", "server step")
+    description: ClassVar[str]  # what the schedule is called in messages
+    cohort: int  # how many clients a step typically trains (sizes the timing of the local strategies)
 
     def begin(self, t: int) -> Step: ...
 
@@ -61,21 +78,57 @@ class Schedule(Protocol):
         """Advance past step t (``x_t``: the model this step's clients started from); the metrics of
         the step that only the schedule knows."""
 
+    def max_consumed(self) -> int:
+        """The most uploads one step can consume."""
+
     def probabilities(self, t: int) -> np.ndarray | None: ...
+
+    @staticmethod
+    def held_entries(up: tuple[Entry, ...]) -> tuple[Entry, ...]:
+        """The per-client rows the schedule keeps next to the client state for uploads ``up`` (saved in
+        the checkpoint's ``clients/`` group with it)."""
+
+    def hold(self, store: ClientStore, rows: Tensor, uploads: dict[str, Tensor]) -> None:
+        """Keep the uploads of block rows ``rows``, just trained, until they are consumed."""
+
+    def release(self, store: ClientStore, rows: Tensor) -> dict[str, Tensor]:
+        """The held uploads of block rows ``rows``, consumed now (they leave the schedule)."""
+
+    @staticmethod
+    def layout(num_clients: int) -> dict[str, tuple[int, ...]]:
+        """The datasets ``state_dict`` always writes, with their shapes (checkpoint verification)."""
 
     def state_dict(self) -> dict[str, np.ndarray]: ...
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
 
 
+def schedule_type(cfg: Config) -> type[Synchronous] | type[Buffered]:
+    """The schedule a config runs: :class:`Buffered` with ``asynchrony.enabled``, else :class:`Synchronous`."""
+    return Buffered if cfg.asynchrony.enabled else Synchronous
+
+
+def make_schedule(cfg: Config, num_clients: int, dtype: torch.dtype, device: torch.device) -> Schedule:
+    """The configured schedule for N = ``num_clients`` clients."""
+    seed = cfg.run.seed
+    if cfg.asynchrony.enabled:
+        return Buffered(cfg.asynchrony, num_clients, seed, dtype, device)
+    participation = make_participation(cfg.participation, num_clients, seed, cfg.run.rounds)
+    full = cfg.participation.pattern == "full"
+    return Synchronous(participation, num_clients if full else cfg.participation.clients_per_round)
+
+
 class Synchronous:
-    """Rounds of a participation pattern: S_t trains and is consumed in the same step."""
+    """Rounds of a participation pattern: S_t trains and is consumed in the same step, so the uploads
+    just trained are held in memory only until the same step releases them."""
 
-    parks_uploads = False
-    previous_model = None
+    step_name = "round"
+    description = "synchronous mode"
 
-    def __init__(self, participation: Participation) -> None:
+    def __init__(self, participation: Participation, cohort: int | None = None) -> None:
         self.participation = participation
+        self.cohort = participation.max_active() if cohort is None else cohort
+        self._held: dict[str, Tensor] = {}
 
     def begin(self, t: int) -> Step:
         ids = np.flatnonzero(self.participation.active(t)).astype(np.int64)
@@ -84,8 +137,26 @@ class Synchronous:
     def end(self, t: int, step: Step, x_t: Tensor) -> dict[str, Any]:
         return {}
 
+    def max_consumed(self) -> int:
+        return self.participation.max_active()
+
     def probabilities(self, t: int) -> np.ndarray | None:
         return self.participation.probabilities(t)
+
+    @staticmethod
+    def held_entries(up: tuple[Entry, ...]) -> tuple[Entry, ...]:
+        return ()
+
+    def hold(self, store: ClientStore, rows: Tensor, uploads: dict[str, Tensor]) -> None:
+        self._held = uploads  # the step's only starting group: exactly the clients it consumes
+
+    def release(self, store: ClientStore, rows: Tensor) -> dict[str, Tensor]:
+        uploads, self._held = self._held, {}
+        return uploads
+
+    @staticmethod
+    def layout(num_clients: int) -> dict[str, tuple[int, ...]]:
+        return {"next_round": ()}
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return self.participation.state_dict()
@@ -115,7 +186,8 @@ class Buffered:
     still takes their change against x_t and their staleness stays t - t_i^start.
     """
 
-    parks_uploads = True
+    step_name = "server step"
+    description = "asynchronous mode"
 
     def __init__(self, cfg: AsyncConfig, num_clients: int, seed: int, dtype: torch.dtype,
                  device: torch.device) -> None:
@@ -123,6 +195,7 @@ class Buffered:
             raise ConfigError(f"asynchrony.concurrency: expected at most the number of clients "
                               f"({num_clients}), got {cfg.concurrency}")
         self.cfg, self.num_clients, self.seed = cfg, num_clients, seed
+        self.cohort = cfg.buffer_size
         self.dtype, self.device = dtype, device
         self.classes = speed_classes(num_clients, seed, len(cfg.class_ranges), cfg.class_scale)
         self.start_version = np.full(num_clients, -1, dtype=np.int64)  # -1: not in flight
@@ -159,7 +232,7 @@ class Buffered:
             else start[:0]
         consume = self.buffer().astype(np.int64)
         return Step(start=start, consume=consume, staleness=t - self.start_version[consume],
-                    from_previous=from_previous)
+                    from_previous=from_previous, previous_x=self.previous_model)
 
     def end(self, t: int, step: Step, x_t: Tensor) -> dict[str, Any]:
         if self.cfg.replicate_dispatch_quirk:
@@ -172,8 +245,30 @@ class Buffered:
                 "staleness_mean": float(tau.mean()), "clock": self.clock,
                 "clients": [int(i) for i in step.consume], "started": len(step.start)}
 
+    def max_consumed(self) -> int:
+        return self.cfg.buffer_size
+
     def probabilities(self, t: int) -> np.ndarray:
         return np.ones(self.num_clients)  # every client is available to be dispatched
+
+    @staticmethod
+    def held_entries(up: tuple[Entry, ...]) -> tuple[Entry, ...]:
+        """One parked row per uploaded entry, and one for the training loss."""
+        return tuple(type(e)(PENDING + e.name) for e in (*up, Scalar("loss")))
+
+    def hold(self, store: ClientStore, rows: Tensor, uploads: dict[str, Tensor]) -> None:
+        store.scatter(rows, {PENDING + name: value for name, value in uploads.items()})
+
+    def release(self, store: ClientStore, rows: Tensor) -> dict[str, Tensor]:
+        parked = [name for name in store.tensors if name.startswith(PENDING)]
+        uploads = {name.removeprefix(PENDING): store.tensors[name].index_select(0, rows) for name in parked}
+        for name in parked:  # the consumed uploads leave their rows
+            store.tensors[name][rows] = 0
+        return uploads
+
+    @staticmethod
+    def layout(num_clients: int) -> dict[str, tuple[int, ...]]:
+        return {"start": (num_clients,), "finish": (num_clients,), "clock": ()}
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {"start": self.start_version.copy(), "finish": self.finish.copy(), "clock": np.float64(self.clock)}

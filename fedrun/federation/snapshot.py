@@ -3,7 +3,8 @@
 Rank 0 writes one HDF5 file (fedrun.checkpoint), one group per part of the run state:
 
     server/<entry>       the server state (rank 0's)
-    clients/<entry>      every per-client entry of all N clients, parked uploads included ([N, d] or [N])
+    clients/<entry>      every per-client entry of all N clients ([N, d] or [N]), the rows the schedule
+                         holds uploads in included (the asynchronous mode's parked uploads)
     schedule/<name>      the schedule's state (participation pattern, or the asynchronous event queue)
     history/<name>       the delay tracker (last participation of every client, running delay sums)
     runtime/strategy     the local-training strategy
@@ -35,8 +36,9 @@ from fedrun.algorithms import get_algorithm
 from fedrun.checkpoint import CheckpointReader, CheckpointWriter, find_latest_valid
 from fedrun.config import config_from_dict
 from fedrun.errors import CheckpointError, CheckpointWriteError, ConfigError
-from fedrun.federation.build import PENDING, RunState, Setup
+from fedrun.federation.build import RunState, Setup
 from fedrun.federation.delay import DelayTracker
+from fedrun.federation.schedule import schedule_type
 from fedrun.metrics.log import json_line
 from fedrun.protocol import Scalar, Vector
 
@@ -104,7 +106,7 @@ def _gather_rows(setup: Setup, state: RunState, writer: CheckpointWriter | None,
     path = f"clients/{name}"
     if writer is not None:
         attempt(writer.create_rows, path, setup.num_clients, row_shape, _numpy_dtype(local), rows_per_chunk=chunk)
-    for rank, (first, stop) in enumerate(setup.blocks):
+    for rank, (first, stop) in enumerate(setup.placement.blocks):
         for start in range(first, stop, chunk):
             end = min(stop, start + chunk)
             if rank == world.rank:
@@ -164,8 +166,8 @@ def expected_layout(meta: dict[str, Any], config: dict[str, Any]) -> dict[str, t
     """Every dataset a checkpoint with ``meta`` (N, d) and resolved ``config`` must hold, with its shape.
 
     Derived, as :func:`save` writes it, from the algorithm's declaration (server entries [d] or scalars,
-    client entries [N, d] or [N]), the schedule (a participation pattern's round counter, or the
-    asynchronous queue with a parked upload per client and uploaded entry) and the delay tracker."""
+    client entries [N, d] or [N]), the schedule the config runs (its state, and the client rows it holds
+    uploads in) and the delay tracker."""
     n, d = int(meta["num_clients"]), int(meta["dim"])
     try:
         cfg = config_from_dict(config)
@@ -176,13 +178,10 @@ def expected_layout(meta: dict[str, Any], config: dict[str, Any]) -> dict[str, t
     def shape(entry: Vector | Scalar, rows: tuple[int, ...]) -> tuple[int, ...]:
         return (*rows, d) if isinstance(entry, Vector) else rows
 
+    schedule = schedule_type(cfg)
     layout = {f"server/{e.name}": shape(e, ()) for e in decl.server}
-    clients = list(decl.client)
-    if cfg.asynchrony.enabled:
-        clients += [type(e)(PENDING + e.name) for e in (*decl.up, Scalar("loss"))]
-        layout.update({"schedule/start": (n,), "schedule/finish": (n,), "schedule/clock": ()})
-    else:
-        layout["schedule/next_round"] = ()
+    layout.update({f"schedule/{name}": want for name, want in schedule.layout(n).items()})
+    clients = (*decl.client, *schedule.held_entries(decl.up))
     layout.update({f"clients/{e.name}": shape(e, (n,)) for e in clients})
     layout.update({f"history/{k}": np.shape(v) for k, v in DelayTracker(n).state_dict().items()})
     layout.update({"random/seed": (), "runtime/strategy": (), "metrics/jsonl": ()})
@@ -223,7 +222,7 @@ def restore(setup: Setup, state: RunState, path: Path) -> None:
         device, dtype = setup.world.device, setup.dtype
         if setup.world.is_root:
             state.server = {e.name: _tensor(ckpt.read(f"server/{e.name}"), device, dtype) for e in setup.decl.server}
-        first, stop = setup.blocks[setup.world.rank]
+        first, stop = setup.placement.blocks[setup.world.rank]
         for entry in state.clients.entries:
             rows = ckpt.read_rows(f"clients/{entry.name}", first, stop)  # checks the CRCs of these rows
             state.clients.tensors[entry.name] = _tensor(rows, device, dtype)

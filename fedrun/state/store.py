@@ -37,9 +37,9 @@ class ClientStore:
             value = initial_value(e, x0)
             self.tensors[e.name] = value.unsqueeze(0).repeat(num_clients, *([1] * value.dim()))
 
-    def gather(self, rows: Tensor, names: list[str] | None = None) -> dict[str, Tensor]:
-        """Copies of the ``rows`` of the named entries (all entries by default)."""
-        return {name: self.tensors[name].index_select(0, rows) for name in (names or self.tensors)}
+    def gather(self, rows: Tensor, names: list[str]) -> dict[str, Tensor]:
+        """Copies of the ``rows`` of the named entries (none for an empty list)."""
+        return {name: self.tensors[name].index_select(0, rows) for name in names}
 
     def scatter(self, rows: Tensor, values: dict[str, Tensor]) -> None:
         """Write ``values[name]`` into the ``rows`` of each named entry."""
