@@ -23,7 +23,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 # run it again: it says the run is finished (or resumes a stopped one); DEMO_ARGS adds overrides, e.g. run.dir=...
 DEMO_ARGS ?=
 demo: venv
-	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 mpiexec -n $(RANKS) $(PY) -m fedrun train --config configs/quickstart.yaml \
+	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 UCX_NET_DEVICES=lo mpiexec.gforker -n $(RANKS) $(PY) -m fedrun train --config configs/quickstart.yaml \
 		--resume auto $(DEMO_ARGS)
 
 test: venv

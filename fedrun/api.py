@@ -11,9 +11,10 @@ from typing import IO
 
 import torch.distributed as dist
 
-from fedrun.config import Config, apply_override, config_from_dict, load_config
+from fedrun.config import Config, apply_overrides, config_from_dict, load_config
 from fedrun.errors import (
     DISK_ERRORS,
+    EXIT_BAD_INPUT,
     ConfigError,
     RunFailure,
     exit_code,
@@ -25,6 +26,7 @@ from fedrun.errors import (
 )
 from fedrun.federation.loop import RoundCallback, RunResult, train
 from fedrun.metrics.log import standard
+from fedrun.preflight import check_threads
 from fedrun.runtime.failures import claim_failure_report, failure_reported, lost_ranks
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
@@ -56,9 +58,9 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         cfg = load_config(config, overrides)
     else:
         data = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
-        for item in overrides:
-            apply_override(data, item)
+        apply_overrides(data, overrides)
         cfg = config_from_dict(data)
+    check_threads(cfg)  # before the rendezvous: every rank refuses it alike, rank 0 says so
     owns_world = world is None
     world = world or init_world(cfg.run.device, cfg.run.timeout_s)
     lock = None
@@ -93,9 +95,11 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
                 message = (f"{'; '.join(lost)}; lost contact in a collective: {message}"
                            if lost else "lost contact with another rank (it died or failed; its message, if any, "
                            f"is above): {message}")
-            # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway
+            # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway,
+            # unless its failure is bad input, which other ranks may meet alike at the same point (a data
+            # file, a plugin rule breaking its declaration): that is reported by the first claimant only
             claimed = claim_failure_report(world, lost)
-            if claimed or not lost_peer:
+            if claimed or not (lost_peer or exit_code(exc) == EXIT_BAD_INPUT):
                 report(f"fedrun[rank {world.rank}]: error: {message}")
                 failure_reported(world)
             world.abort(exit_code(exc))

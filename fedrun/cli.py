@@ -38,6 +38,15 @@ def _launcher_rank() -> int:
     return 0
 
 
+def _note_repeats(overrides: list[str]) -> None:
+    """Print (rank 0, stdout) every setting the command line gives twice: the last value counts."""
+    from fedrun.config import repeated_settings
+
+    if _launcher_rank() == 0:
+        for note in repeated_settings(overrides):
+            print(f"fedrun: set twice on the command line: {note}", flush=True)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from fedrun.runtime.signals import StopSignals
 
@@ -49,9 +58,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         accept = tuple(k.strip() for k in (args.accept_changes or "").split(",") if k.strip())
         if accept and args.resume is None:
             raise ConfigError("--accept-changes: only with --resume (it accepts changed settings of a resumed run)")
+        cfg = load_config(args.config, args.overrides)
+        _note_repeats(args.overrides)
         try:
-            run(load_config(args.config, args.overrides), progress=not args.quiet, resume=args.resume,
-                signals=signals, accept_changes=accept)
+            run(cfg, progress=not args.quiet, resume=args.resume, signals=signals, accept_changes=accept)
         except KeyboardInterrupt:
             if _launcher_rank() == 0:
                 report("fedrun: stopped at once by a second Ctrl-C, without a checkpoint of the rounds since the "
@@ -112,6 +122,7 @@ def cmd_participation(args: argparse.Namespace) -> int:
     from fedrun.federation.participation_stats import describe, format_description, save_participation_png
 
     cfg = load_config(args.config, args.overrides)
+    _note_repeats(args.overrides)
     rounds = args.rounds or cfg.run.rounds
     pattern = make_participation(cfg.participation, cfg.data.num_clients, cfg.run.seed, rounds)
     print(format_description(describe(pattern, rounds)))
@@ -126,6 +137,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from fedrun.errors import DataError
 
     cfg = load_config(args.config, args.overrides)
+    _note_repeats(args.overrides)
     stats, _, counts = describe_data(cfg)
     print(format_partition_stats(stats))
     if args.png:
@@ -182,13 +194,23 @@ Ctrl-C (like SIGTERM) stops after the current round with a checkpoint (exit stat
 stops at once (130). Exit statuses: 0 ok, 1 failure, 2 bad input, 3 NaN/Inf."""
 
 
+class _Once(argparse.Action):
+    """An option that may be given once: a second ``--config`` would silently replace the first."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)} and {values}); "
+                         "expected one")
+        setattr(namespace, self.dest, values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedrun", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("train", help="run one federated training job (under mpiexec/srun/torchrun for several ranks)")
-    p.add_argument("--config", help="YAML config file (defaults apply to missing keys)")
+    p.add_argument("--config", action=_Once, help="YAML config file (defaults apply to missing keys)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
-    p.add_argument("--resume", metavar="auto|PATH",
+    p.add_argument("--resume", metavar="auto|PATH", action=_Once,
                    help="continue from the newest valid checkpoint of run.dir (auto; a fresh run when there is "
                         "none) or from PATH; a finished run says so and exits 0")
     p.add_argument("--accept-changes", metavar="KEY[,KEY...]",
@@ -196,14 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(e.g. local.lr); recorded in config_history.jsonl")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. local.lr=0.01")
     p = sub.add_parser("participation", help="statistics of a participation pattern, without training")
-    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--config", action=_Once, help="YAML config file")
     p.add_argument("--rounds", type=int, help="rounds to simulate (default run.rounds)")
     p.add_argument("--png", help="save a clients x rounds picture of who participated when")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. participation.pattern=p3")
     sub.add_parser("sweep", help="run a sweep file as a Slurm job array via submitit (fedrun sweep --help)")
     sub.add_parser("report", help="tables and plots of a sweep directory or one run directory (fedrun report --help)")
     p = sub.add_parser("data", help="per-client statistics of the data partition, without training")
-    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--config", action=_Once, help="YAML config file")
     p.add_argument("--png", help="save the per-client label distribution (stacked bars and a bubble chart)")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. data.partition=shards")
     p = sub.add_parser("inspect", help="describe a checkpoint file and verify its checksums")
@@ -254,6 +276,10 @@ DELEGATED = ("sweep", "report")
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # torch's C++ log lines (a refused rendezvous connection prints a 30-line stack per retry) would bury
+    # fedrun's one line; the failures they describe reach fedrun as exceptions. TORCH_CPP_LOG_LEVEL=INFO
+    # shows them again (read when torch is first imported, below)
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
         if argv[:1] and argv[0] in DELEGATED:
             code = _delegated(argv[0])(argv[1:])

@@ -1,4 +1,5 @@
-"""Checks of a whole config that need the data: does the model fit the dataset?
+"""Checks of a whole config that need the data or this machine: does the model fit the dataset, are
+there the CPUs for ``run.threads``?
 
 ``fedrun sweep`` runs them on every task before anything is queued (fedrun.sweep.validate), and the
 round engine's build step calls :func:`check_model_fits_data` too, so a mismatch is one line naming the
@@ -7,6 +8,7 @@ model, the input shape it expects and the data's, instead of a matmul error from
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,20 @@ EXPECTED_INPUT: dict[str, str] = {
     "lstm_shakespeare": "[L] int64 token ids",
     "lstm_shakespeare_unrolled": "[L] int64 token ids",
 }
+
+
+def check_threads(cfg: Config) -> None:
+    """Raise :class:`ConfigError` unless ``run.threads`` is at most the CPUs this process may run on (its
+    affinity mask): more intra-op threads than CPUs only contend, and torch crashes at some thousands
+    (``run.threads=100000`` ended in a segmentation fault). Checked where a rank starts, not on a login
+    node that validates a sweep for other machines."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    if cfg.run.threads > cpus:
+        raise ConfigError(f"run.threads: expected at most the {cpus} CPU(s) this process may use, got "
+                          f"{cfg.run.threads}")
 
 
 def check_model_fits_data(cfg: Config, task: TaskData | None = None) -> None:

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import Algorithm
+from fedrun.algorithms.contract import CheckedAlgorithm
 from fedrun.config import Config
 from fedrun.data import load_task
 from fedrun.data.builtin import least_squares_x0
@@ -100,7 +101,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     """Construct the run on this rank (collective: every rank calls it)."""
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
     seed = cfg.run.seed
-    check_memory(cfg.data)  # before anything is allocated
+    check_memory(cfg)  # before anything is allocated
     task = load_task(cfg.data, seed)
     check_model_fits_data(cfg, task)  # one line naming model and shapes, before any allocation or timing
     parts = partition(task, cfg.data, seed)
@@ -110,7 +111,8 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     num_clients = len(parts)
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
     blocks = assign_blocks(sizes, world.size)
-    algorithm = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams)
+    # every rule's result is checked against the declaration, every round (fedrun.algorithms.contract)
+    algorithm = CheckedAlgorithm(get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams), cfg.algorithm.name)
     decl = algorithm.declare()
     if "x" not in decl.down:
         raise ConfigError(f"algorithm.name={cfg.algorithm.name}: the algorithm's downlink must contain 'x'")

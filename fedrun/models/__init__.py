@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from fedrun.errors import ConfigError
+from fedrun.errors import ConfigError, brief
 from fedrun.models.cnn import MnistCNN, cifar10_cnn, svhn_cnn
 from fedrun.models.leaf import CharLSTM, FemnistCNN
 from fedrun.models.linear import LinearNoBias, Logistic
@@ -52,7 +52,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, setti
             raise ConfigError(f"model.name: {name} returned {type(module).__name__}; expected a torch.nn.Module")
         return module
     if name not in MODELS:
-        raise ConfigError(f"model.name: expected one of {', '.join(sorted(MODELS))}, got {name!r}")
+        raise ConfigError(f"model.name: expected one of {', '.join(sorted(MODELS))}, got {brief(name)}")
     return MODELS[name](tuple(input_shape), num_classes)
 
 
