@@ -17,11 +17,14 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[mpich,test,tensorboard]"
+	$(PY) -m pip install -q -e ".[mpich,test,tensorboard,mlflow]"
 	touch $@
 
+# run it again: it says the run is finished (or resumes a stopped one); DEMO_ARGS adds overrides, e.g. run.dir=...
+DEMO_ARGS ?=
 demo: venv
-	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 mpiexec -n $(RANKS) $(PY) -m fedrun train --config configs/quickstart.yaml
+	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 UCX_NET_DEVICES=lo mpiexec.gforker -n $(RANKS) $(PY) -m fedrun train --config configs/quickstart.yaml \
+		--resume auto $(DEMO_ARGS)
 
 test: venv
 	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)

@@ -7,7 +7,7 @@ W1 data (1000 clients x 50 examples, the CIFAR-10-shaped CNN) with ``data.client
 
 1. per-client evaluation of all N clients (``ClientEval.evaluate``: the fixed batches, the reduce, rank 0's
    per-client sums and statistics) against a pooled evaluation of the same 10,000 examples
-   (``evaluate_shard``, what ``test_accuracy`` costs), in this process, timed in turns (best of
+   (``evaluate_examples``, what ``test_accuracy`` costs before its exact sum), in this process, timed in turns (best of
    ``--repeats``); target <= 1.3x;
 2. the per-client evaluation on 2 ranks against 1 rank (``mpiexec``, the slowest rank's time from a
    barrier to the end of the reduce, best of ``--repeats``); target <= 0.6x.
@@ -90,7 +90,7 @@ def main() -> None:
         return worker(args)
     import torch
 
-    from fedrun.training.evaluate import evaluate_shard
+    from fedrun.training.evaluate import evaluate_examples
 
     torch.set_num_threads(1)
     setup, state, world = setup_for(args.workload)
@@ -99,7 +99,8 @@ def main() -> None:
     for _ in range(args.repeats):  # in turns, so that load on the machine hits both alike
         start = time.perf_counter()
         learner = setup.learner
-        evaluate_shard(learner.model, learner.loss_fn, x, ce.x, ce.y, setup.cfg.eval.batch_size, learner.classification)
+        evaluate_examples(learner.model, learner.loss_fn, x, ce.x, ce.y, setup.cfg.eval.batch_size,
+                          learner.classification)
         pooled = min(pooled, time.perf_counter() - start)
         per_client = min(per_client, time_client_eval(setup, state, world))
     world.close()

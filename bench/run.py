@@ -3,6 +3,7 @@
     bench/setup_peers.sh                      # once: Flower and pfl in their own environments
     python bench/run.py --workloads W1 W2 --reps 3 [--systems bare fedrun-1 fedrun-2 pfl-2 flower] [--record]
     python bench/run.py --systems fedrun-1 fedrun-2 --baseline ../old-checkout   # before/after a change
+    python bench/run.py --systems fedrun-2 --baseline ../old --strategy vmap     # both sides with one strategy
 
 Each (workload, system) runs ``--reps`` times as a fresh process; the table shows the median over
 repetitions of each run's median s/round (rounds 4..end) with the min-max over repetitions, the ratio
@@ -60,6 +61,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, help="override the workloads' rounds (quick checks)")
     p.add_argument("--record", action="store_true", help="append the table to bench/RESULTS.md")
     p.add_argument("--baseline", type=Path, help="a checkout of an earlier fedrun to run beside this one")
+    p.add_argument("--strategy", help="local.strategy of every fedrun system (default: each side's auto)")
     args = p.parse_args()
     if args.baseline is not None:
         side = args.baseline.resolve() / "bench" / "fedrun_side.py"
@@ -77,7 +79,8 @@ def main() -> None:
         runs: dict[str, list[dict]] = {s: [] for s in systems}
         for rep in range(args.reps):  # interleaved, so that a drift in machine load hits every system alike
             for system in systems:
-                runs[system].append(run_once(system, workload, extra))
+                forced = ["--strategy", args.strategy] if args.strategy and system.startswith("fedrun") else []
+                runs[system].append(run_once(system, workload, [*extra, *forced]))
                 rec = runs[system][-1]
                 chosen = f" ({rec['strategy']}, placement {rec['placement']})" if "strategy" in rec else ""
                 print(f"{workload} rep {rep + 1} {system}: {rec['s_per_round_median']:.4f} s/round{chosen}",

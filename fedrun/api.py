@@ -11,9 +11,10 @@ from typing import IO
 
 import torch.distributed as dist
 
-from fedrun.config import Config, apply_override, config_from_dict, load_config
+from fedrun.config import Config, apply_overrides, config_from_dict, load_config
 from fedrun.errors import (
     DISK_ERRORS,
+    EXIT_BAD_INPUT,
     ConfigError,
     RunFailure,
     exit_code,
@@ -23,8 +24,9 @@ from fedrun.errors import (
     report_error,
     writing,
 )
-from fedrun.federation.loop import RunResult, train
+from fedrun.federation.loop import RoundCallback, RunResult, train
 from fedrun.metrics.log import standard
+from fedrun.preflight import check_threads
 from fedrun.runtime.failures import claim_failure_report, failure_reported, lost_ranks
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
@@ -33,22 +35,32 @@ from fedrun.runtime.world import World, init_world
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),
         world: World | None = None, progress: bool = False, write_files: bool = True,
         resume: str | None = None, signals: StopSignals | None = None,
-        accept_changes: tuple[str, ...] = ()) -> RunResult:
-    """Run one experiment in this process (single rank, or this rank of an MPI launch).
+        accept_changes: tuple[str, ...] = (), callback: RoundCallback | None = None) -> RunResult:
+    """Run one experiment in this process (single rank, or this rank of an MPI launch) and return its result.
 
-    ``config`` is a :class:`Config`, a dict of sections, or a YAML path. On rank 0 the result holds
-    the final global model as a flat numpy array and the per-round metrics; other ranks get the model
-    and no metrics. With ``write_files`` the run directory receives config.yaml, metrics.jsonl,
-    checkpoints and, at the end, result.json. ``resume``: "auto" or a checkpoint path;
-    ``accept_changes``: trajectory settings allowed to differ from the checkpoint's (docs/reliability.md).
+    ``config``: a :class:`Config`, a dict of sections, or a YAML path; ``overrides``: ``section.key=value``
+    strings applied on top, as on the command line. ``progress``: print rank 0's progress line (round,
+    loss, test accuracy, s/round, ETA) and start-up lines to stdout, as ``fedrun train`` does (off by default
+    for notebooks). ``write_files``: fill the run directory (config.yaml, metrics.jsonl, checkpoints, and at
+    the end result.json); False writes nothing. ``resume``: "auto" (newest valid checkpoint of run.dir, else
+    a fresh run) or a checkpoint path; ``accept_changes``: trajectory settings allowed to differ from the
+    checkpoint's (docs/reliability.md). ``callback(record)``: called on rank 0 after every round with the
+    round's metrics record (a dict, as in metrics.jsonl); return True to stop the run after that round
+    (a checkpoint is written, result.json is not: resume it later). ``world``, ``signals``: a World and
+    stop-signal handlers the caller owns (the CLI); by default they are made here.
+
+    The :class:`RunResult` holds, on every rank, the final global model ``x`` (a flat numpy vector in the
+    model's parameter order) and ``model()`` (the trained ``torch.nn.Module``); on rank 0 also ``metrics``,
+    the per-round records. A stop signal (SIGTERM, SIGUSR1, Ctrl-C) ends the run after a checkpoint with
+    :class:`fedrun.errors.RunInterrupted`.
     """
     if isinstance(config, (str, Path)):
         cfg = load_config(config, overrides)
     else:
         data = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
-        for item in overrides:
-            apply_override(data, item)
+        apply_overrides(data, overrides)
         cfg = config_from_dict(data)
+    check_threads(cfg)  # before the rendezvous: every rank refuses it alike, rank 0 says so
     owns_world = world is None
     world = world or init_world(cfg.run.device, cfg.run.timeout_s)
     lock = None
@@ -62,8 +74,8 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
             print(f"fedrun: {cfg.algorithm.name} on {cfg.data.name}, {cfg.data.num_clients} clients, "
                   f"{world.size} rank(s) on {world.device}, run dir {run_dir}", flush=True)
         result = train(cfg, world, run_dir, progress=progress, resume=resume, signals=signals,
-                       accept_changes=tuple(accept_changes))
-        if run_dir is not None and world.is_root:
+                       accept_changes=tuple(accept_changes), callback=callback)
+        if run_dir is not None and world.is_root and result.rounds_run > 0 and not result.stopped:
             write_result(run_dir, result.metrics)
     except BaseException as exc:
         if raised_on_every_rank(exc) and owns_world:
@@ -83,9 +95,11 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
                 message = (f"{'; '.join(lost)}; lost contact in a collective: {message}"
                            if lost else "lost contact with another rank (it died or failed; its message, if any, "
                            f"is above): {message}")
-            # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway
+            # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway,
+            # unless its failure is bad input, which other ranks may meet alike at the same point (a data
+            # file, a plugin rule breaking its declaration): that is reported by the first claimant only
             claimed = claim_failure_report(world, lost)
-            if claimed or not lost_peer:
+            if claimed or not (lost_peer or exit_code(exc) == EXIT_BAD_INPUT):
                 report(f"fedrun[rank {world.rank}]: error: {message}")
                 failure_reported(world)
             world.abort(exit_code(exc))

@@ -1,20 +1,23 @@
 """Command line: ``python -m fedrun <command> ...``. Argument parsing and error reporting only.
 
 Exit statuses are listed in :mod:`fedrun.errors` (0 ok, 1 failure, 2 bad input, 3 NaN/Inf,
-75 stopped by a signal after a checkpoint: requeue).
+75 stopped by a signal after a checkpoint: requeue; 130 stopped at once by a second Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from fedrun.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     ConfigError,
     RunFailure,
@@ -35,27 +38,46 @@ def _launcher_rank() -> int:
     return 0
 
 
+def _note_repeats(overrides: list[str]) -> None:
+    """Print (rank 0, stdout) every setting the command line gives twice: the last value counts."""
+    from fedrun.config import repeated_settings
+
+    if _launcher_rank() == 0:
+        for note in repeated_settings(overrides):
+            print(f"fedrun: set twice on the command line: {note}", flush=True)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from fedrun.runtime.signals import StopSignals
 
-    with StopSignals() as signals:  # before torch is imported: a signal during start-up is not lost
+    # before torch is imported: a signal during start-up is not lost
+    with StopSignals(announce=_launcher_rank() == 0) as signals:
         from fedrun.api import run
         from fedrun.config import load_config
 
         accept = tuple(k.strip() for k in (args.accept_changes or "").split(",") if k.strip())
         if accept and args.resume is None:
             raise ConfigError("--accept-changes: only with --resume (it accepts changed settings of a resumed run)")
-        run(load_config(args.config, args.overrides), progress=not args.quiet, resume=args.resume,
-            signals=signals, accept_changes=accept)
+        cfg = load_config(args.config, args.overrides)
+        _note_repeats(args.overrides)
+        try:
+            run(cfg, progress=not args.quiet, resume=args.resume, signals=signals, accept_changes=accept)
+        except KeyboardInterrupt:
+            if _launcher_rank() == 0:
+                report("fedrun: stopped at once by a second Ctrl-C, without a checkpoint of the rounds since the "
+                       "last one (the checkpoints written before are intact; resume with --resume auto)")
+            return EXIT_INTERRUPTED
     return EXIT_OK
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from fedrun.checkpoint import CheckpointReader, describe_checkpoint
     from fedrun.errors import CheckpointError
-    from fedrun.federation.snapshot import check_layout
+    from fedrun.federation.snapshot import check_layout, saved_config
 
     print(describe_checkpoint(args.checkpoint))
+    for field, digest in saved_config(Path(args.checkpoint)).get("plugins", {}).items():
+        print(f"  plugins/{field}: {digest}")  # module:Attr@sha256 of the plugin's source file
     with CheckpointReader(args.checkpoint) as reader:  # a checksum failure is an error (exit status 2)
         try:
             reader.verify()
@@ -66,12 +88,41 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from fedrun.export import export_model
+
+    checkpoint, out, done = export_model(args.run, args.out)
+    print(f"saved the global model after round {done} ({checkpoint}) as a state_dict to {out}")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from fedrun.catalog import format_catalog
+
+    print(format_catalog())
+    return EXIT_OK
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from fedrun.config import load_config
+
+    cfg = load_config(args.config, args.overrides)
+    if args.defaults:
+        from fedrun.config_help import format_keys
+
+        print(format_keys(cfg))
+    else:
+        print(cfg.to_yaml(), end="")
+    return EXIT_OK
+
+
 def cmd_participation(args: argparse.Namespace) -> int:
     from fedrun.config import load_config
     from fedrun.federation.participation import make_participation
     from fedrun.federation.participation_stats import describe, format_description, save_participation_png
 
     cfg = load_config(args.config, args.overrides)
+    _note_repeats(args.overrides)
     rounds = args.rounds or cfg.run.rounds
     pattern = make_participation(cfg.participation, cfg.data.num_clients, cfg.run.seed, rounds)
     print(format_description(describe(pattern, rounds)))
@@ -86,6 +137,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from fedrun.errors import DataError
 
     cfg = load_config(args.config, args.overrides)
+    _note_repeats(args.overrides)
     stats, _, counts = describe_data(cfg)
     print(format_partition_stats(stats))
     if args.png:
@@ -97,11 +149,25 @@ def cmd_data(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fedrun.compare import compare_runs
+
+    lines, identical = compare_runs(Path(args.run_a), Path(args.run_b))
+    print("\n".join(lines))
+    return EXIT_OK if identical else EXIT_FAILURE
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "compare": cmd_compare,
     "train": cmd_train,
     "participation": cmd_participation,
     "data": cmd_data,
     "inspect": cmd_inspect,
+    "export": cmd_export,
+    "list": cmd_list,
+    "config": cmd_config,
 }
 
 
@@ -114,31 +180,71 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(EXIT_BAD_INPUT)
 
 
+DESCRIPTION = """\
+fedrun runs federated-learning experiments: simulated clients on MPI ranks (or one process), an algorithm
+from `fedrun list` or your own plugin, checkpoints you can resume bit for bit.
+
+  fedrun train --config configs/quickstart.yaml local.lr=0.02     one run (mpiexec -n 2 ... for 2 ranks)
+  fedrun train --config ... --resume auto                         continue a stopped run
+  fedrun list                                                     algorithms, patterns, models, datasets
+  fedrun config --defaults                                        every config key, its default, its meaning
+  fedrun export runs/quickstart --out model.pt                    the trained model as a state_dict
+
+Ctrl-C (like SIGTERM) stops after the current round with a checkpoint (exit status 75); a second Ctrl-C
+stops at once (130). Exit statuses: 0 ok, 1 failure, 2 bad input, 3 NaN/Inf."""
+
+
+class _Once(argparse.Action):
+    """An option that may be given once: a second ``--config`` would silently replace the first."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)} and {values}); "
+                         "expected one")
+        setattr(namespace, self.dest, values)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="fedrun", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="run one federated training job (under mpiexec/srun for several ranks)")
-    p.add_argument("--config", help="YAML config file (defaults apply to missing keys)")
+    parser = _Parser(prog="fedrun", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("train", help="run one federated training job (under mpiexec/srun/torchrun for several ranks)")
+    p.add_argument("--config", action=_Once, help="YAML config file (defaults apply to missing keys)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
-    p.add_argument("--resume", metavar="auto|PATH",
-                   help="continue from the newest valid checkpoint of run.dir (auto) or from PATH")
+    p.add_argument("--resume", metavar="auto|PATH", action=_Once,
+                   help="continue from the newest valid checkpoint of run.dir (auto; a fresh run when there is "
+                        "none) or from PATH; a finished run says so and exits 0")
     p.add_argument("--accept-changes", metavar="KEY[,KEY...]",
                    help="with --resume: accept these changed settings that define the trajectory "
                         "(e.g. local.lr); recorded in config_history.jsonl")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. local.lr=0.01")
     p = sub.add_parser("participation", help="statistics of a participation pattern, without training")
-    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--config", action=_Once, help="YAML config file")
     p.add_argument("--rounds", type=int, help="rounds to simulate (default run.rounds)")
     p.add_argument("--png", help="save a clients x rounds picture of who participated when")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. participation.pattern=p3")
     sub.add_parser("sweep", help="run a sweep file as a Slurm job array via submitit (fedrun sweep --help)")
     sub.add_parser("report", help="tables and plots of a sweep directory or one run directory (fedrun report --help)")
     p = sub.add_parser("data", help="per-client statistics of the data partition, without training")
-    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--config", action=_Once, help="YAML config file")
     p.add_argument("--png", help="save the per-client label distribution (stacked bars and a bubble chart)")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. data.partition=shards")
     p = sub.add_parser("inspect", help="describe a checkpoint file and verify its checksums")
     p.add_argument("checkpoint", help="a ckpt_*.h5 file")
+    p = sub.add_parser("compare", help="where two runs part: the first differing round and entries, the configs' "
+                                       "differences (exit 0: identical, 1: they differ)")
+    p.add_argument("run_a", help="a run directory")
+    p.add_argument("run_b", help="another run directory")
+    p = sub.add_parser("export", help="write a run's trained global model as a PyTorch state_dict file")
+    p.add_argument("run", help="a run directory (its newest valid checkpoint) or a ckpt_*.h5 file")
+    p.add_argument("--out", required=True, help="the state_dict file to write, e.g. model.pt "
+                                                "(load it with module.load_state_dict(torch.load(path)))")
+    sub.add_parser("list", help="the built-in algorithms, participation patterns, models and datasets")
+    p = sub.add_parser("config", help="print the resolved config, or with --defaults every key and what it means")
+    p.add_argument("--config", help="YAML config file (default: the defaults)")
+    p.add_argument("--defaults", action="store_true",
+                   help="one line per key: key, value (the default unless --config/overrides change it), meaning")
+    p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. algorithm.name=fedadam "
+                                                "(shows that algorithm's own keys)")
     return parser
 
 
@@ -170,12 +276,22 @@ DELEGATED = ("sweep", "report")
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # torch's C++ log lines (a refused rendezvous connection prints a 30-line stack per retry) would bury
+    # fedrun's one line; the failures they describe reach fedrun as exceptions. TORCH_CPP_LOG_LEVEL=INFO
+    # shows them again (read when torch is first imported, below)
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
         if argv[:1] and argv[0] in DELEGATED:
-            return _delegated(argv[0])(argv[1:])
-        return COMMANDS[(args := parse(argv)).command](args)
+            code = _delegated(argv[0])(argv[1:])
+        else:
+            code = COMMANDS[(args := parse(argv)).command](args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (fedrun inspect ... | head -1): nothing more to say
+        _quiet_stdout()
+        return EXIT_OK
     except Exception as exc:
         code = exit_code(exc)
         if _launcher_rank() == 0:
@@ -183,6 +299,15 @@ def main(argv: list[str] | None = None) -> int:
             if (code == EXIT_FAILURE and not isinstance(exc, RunFailure)) or os.environ.get("FEDRUN_DEBUG"):
                 traceback.print_exc()
         return code
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's flush at exit does not raise into a closed pipe again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError as exc:
+        if exc.errno != errno.EBADF:
+            raise
 
 
 if __name__ == "__main__":

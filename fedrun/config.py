@@ -22,10 +22,20 @@ from typing import Any, Literal
 
 import yaml
 
-from fedrun.errors import ConfigError, require
-from fedrun.plugins import digests
+from fedrun.config_yaml import MAX_BYTES, YAMLError, parse_yaml
+from fedrun.errors import ConfigError, brief, require
+from fedrun.plugins import digests, is_import_path, load
 
-__all__ = ["Config", "apply_override", "build_dataclass", "config_from_dict", "load_config"]
+__all__ = ["Config", "apply_override", "apply_overrides", "build_dataclass", "config_from_dict", "load_config",
+           "repeated_settings"]
+
+# Bounds of the integer and time settings (docs/reliability.md lists them): beyond them a value is a typo,
+# and would overflow an int64 array, a timedelta or the memory instead of running.
+MAX_INT = 2**63 - 1  # every integer setting: it must fit the int64 arrays it ends up in
+MAX_STEPS = 1_000_000  # local.steps, local.epochs: the per-round minibatch index arrays are [C, K, b]
+MAX_BATCH = 2**31 - 1  # local.batch_size, eval.batch_size
+MAX_THREADS = 4096  # run.threads (and at most the CPUs this process may use, checked where the run starts)
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0  # run.timeout_s: a rendezvous needs about a second; a week
 
 
 # --------------------------------------------------------------------------------------------- sections
@@ -33,12 +43,12 @@ __all__ = ["Config", "apply_override", "build_dataclass", "config_from_dict", "l
 
 @dataclass
 class RunConfig:
-    name: str = "run"
+    name: str = "run"  # the run's name: fills "{name}" in run.dir, names the MLflow run
     dir: str = "runs/{name}"  # run directory; "{name}" and "{seed}" are filled in
-    seed: int = 0
-    rounds: int = 100
-    dtype: Literal["float32", "float64"] = "float32"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0  # every random stream (data, partition, model init, participation) derives from it
+    rounds: int = 100  # T, the rounds to run (asynchrony: server steps)
+    dtype: Literal["float32", "float64"] = "float32"  # of the model, client state and communication
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: one GPU per rank when there are GPUs, else CPU
     threads: int = 1  # torch intra-op threads per rank
     timeout_s: float = 120.0  # collective / rendezvous timeout: a missing peer is an error after this
     log_every: int = 1  # progress line every this many rounds (rank 0)
@@ -51,10 +61,18 @@ class RunConfig:
 
     def check(self) -> None:
         require(self.rounds >= 1, "run.rounds", "an integer >= 1", self.rounds)
-        require(self.threads >= 1, "run.threads", "an integer >= 1", self.threads)
-        require(self.timeout_s > 0, "run.timeout_s", "a number > 0", self.timeout_s)
+        require(1 <= self.threads <= MAX_THREADS, "run.threads", f"an integer in [1, {MAX_THREADS}]", self.threads)
+        require(MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S, "run.timeout_s",
+                f"a number of seconds in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}]", self.timeout_s)
         require(self.log_every >= 1, "run.log_every", "an integer >= 1", self.log_every)
         require(self.seed >= 0, "run.seed", "an integer >= 0", self.seed)
+        require(self.dir.strip() != "", "run.dir", "a directory path (empty would write into the current "
+                "directory)", self.dir)
+        try:
+            self.dir.format(name=self.name, seed=self.seed)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(f"run.dir: expected a path with only {{name}} and {{seed}} filled in, got "
+                              f"{brief(self.dir)} ({type(exc).__name__}: {brief(str(exc))})") from None
 
 
 @dataclass
@@ -62,9 +80,9 @@ class SyntheticConfig:
     """Class-conditional Gaussian images or features (bench/README.md, W1/W2), generated from the run seed."""
 
     shape: list[int] = field(default_factory=lambda: [3, 32, 32])  # [C, H, W] or [features]
-    num_classes: int = 10
-    examples_per_client: int = 50
-    test_examples: int = 1000
+    num_classes: int = 10  # classes of the generated labels
+    examples_per_client: int = 50  # training examples of every client
+    test_examples: int = 1000  # examples of the global test set
     noise: float = 1.0  # std of the Gaussian around each class mean
 
     def check(self) -> None:
@@ -86,7 +104,7 @@ class LeastSquaresConfig:
     rows_per_client: int = 8  # m
     dim: int = 5  # d
     heterogeneity: float = 1.0  # scale of the per-client shift of b_i (0: every client has the same x*)
-    noise: float = 0.1
+    noise: float = 0.1  # std of the Gaussian noise added to b_i
 
     def check(self) -> None:
         require(self.rows_per_client >= 1, "data.least_squares.rows_per_client", "an integer >= 1",
@@ -137,10 +155,10 @@ class FederatedH5Config:
 
 @dataclass
 class DataConfig:
-    name: str = "mnist5k"  # see fedrun.data (the registry checks the name)
+    name: str = "mnist5k"  # the dataset: a name of `fedrun list` or package.module:loader
     root: str | None = None  # local data root for on-disk datasets
-    num_clients: int = 100
-    partition: str = "dirichlet"  # see fedrun.data.partition.PARTITIONERS (the registry checks the name)
+    num_clients: int = 100  # N, the simulated clients
+    partition: str = "dirichlet"  # how examples become clients: iid, dirichlet, natural, shards, size_skew
     alpha: float = 0.3  # Dirichlet concentration over labels
     shards_per_client: int = 2  # shards: label-sorted shards per client (McMahan et al. 2017 use 2)
     size_sigma: float = 1.0  # size_skew: std of the log of the client sizes (lognormal); 0: equal sizes
@@ -167,7 +185,9 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "cnn_mnist"  # see fedrun.models.MODELS (the registry checks the name)
+    name: str = "cnn_mnist"  # the model: a name of `fedrun list` or package.module:factory
+    # a plugin's own settings: its ``Settings`` dataclass, built from the section's other keys
+    settings: Any = field(default=None, init=False)
 
 
 @dataclass
@@ -176,21 +196,26 @@ class LocalConfig:
 
     steps: int = 10  # K local steps per round
     epochs: int | None = None  # if set, K_i = epochs * ceil(n_i / batch_size) (FedAdamom's local_ep)
-    batch_size: int = 32
+    batch_size: int = 32  # minibatch size of a local step
     lr: float = 0.05  # eta_l, or eta_0 of a schedule
+    # eta_l over the rounds: constant, inv_sqrt eta_0 / sqrt(t + 1), exponential eta_0 lr_decay^t
     lr_schedule: Literal["constant", "inv_sqrt", "exponential"] = "constant"
     lr_decay: float = 0.998  # per-round factor of the exponential schedule
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # L2 penalty added to every local gradient
     grad_clip: float = 0.0  # clip each raw gradient to this L2 norm; 0 disables
     momentum: float = 0.0  # local heavy-ball momentum, reset every round
-    strategy: Literal["auto", "sequential", "channels_last", "vmap"] = "auto"
+    # how a rank trains its clients: auto (the model's neighbour-independent strategy: channels_last for CNNs on
+    # images, else sequential; the same bits on any number of ranks), fastest (time the applicable ones at
+    # start-up, keep the fastest), sequential, channels_last (CNNs), vmap (the cohort as one batched call)
+    strategy: Literal["auto", "fastest", "sequential", "channels_last", "vmap"] = "auto"
     shuffle: bool = True  # False: every epoch visits a client's examples in stored order (benchmarks)
 
     def check(self) -> None:
-        require(self.steps >= 1, "local.steps", "an integer >= 1", self.steps)
-        require(self.epochs is None or self.epochs >= 1, "local.epochs", "null or an integer >= 1",
-                 self.epochs)
-        require(self.batch_size >= 1, "local.batch_size", "an integer >= 1", self.batch_size)
+        require(1 <= self.steps <= MAX_STEPS, "local.steps", f"an integer in [1, {MAX_STEPS}]", self.steps)
+        require(self.epochs is None or 1 <= self.epochs <= MAX_STEPS, "local.epochs",
+                f"null or an integer in [1, {MAX_STEPS}]", self.epochs)
+        require(1 <= self.batch_size <= MAX_BATCH, "local.batch_size", f"an integer in [1, {MAX_BATCH}]",
+                self.batch_size)
         require(self.lr >= 0, "local.lr", "a number >= 0", self.lr)
         require(0 < self.lr_decay <= 1, "local.lr_decay", "a number in (0, 1]", self.lr_decay)
         require(self.weight_decay >= 0, "local.weight_decay", "a number >= 0", self.weight_decay)
@@ -202,19 +227,21 @@ class LocalConfig:
 class ParticipationConfig:
     """Which clients take part in each round (docs/participation.md)."""
 
-    pattern: str = "uniform"  # see fedrun.federation.participation.PATTERNS (the registry checks the name)
+    pattern: str = "uniform"  # who takes part when: a name of `fedrun list` or package.module:Class
     clients_per_round: int = 10  # S
     probability: float | None = None  # Bernoulli p for every client (default S / N)
     trace: str | None = None  # boolean [T, N] array (.npy or .csv) for pattern "trace"
     # per-client probabilities [N] (.npy or .csv): bernoulli p_i, sine base_i, markov stationary rate
     probability_file: str | None = None
     sine_amplitude: float = 0.3  # sine: p_i^t = base_i * (amplitude * sin(2 pi t / period) + offset)
-    sine_offset: float = 0.7
+    sine_offset: float = 0.7  # sine: see sine_amplitude
     sine_period: float = 10.0  # rounds
     cyclic_shuffle: bool = False  # cyclic: a fixed seeded permutation instead of the identity order
     markov_p_on: float | None = None  # markov off->on; default: stationary rate = probability or S/N
     markov_p_off: float = 0.5  # markov on->off
     markov_file: str | None = None  # markov: per-client [2, N] array (.npy): rows p_on, p_off
+    # a plugin's own settings: its ``Settings`` dataclass, built from the section's other keys
+    settings: Any = field(default=None, init=False)
 
     def check(self) -> None:
         require(self.clients_per_round >= 1, "participation.clients_per_round", "an integer >= 1",
@@ -233,7 +260,7 @@ class ParticipationConfig:
 @dataclass
 class EvalConfig:
     every: int = 10  # evaluate the global model on the test set every this many rounds (and at the end)
-    batch_size: int = 1000
+    batch_size: int = 1000  # test examples per forward pass
     # personalization (needs data.client_test_fraction > 0): also evaluate each client's model after this
     # many local steps from the global model on its own training data (0: global model only)
     finetune_steps: int = 0
@@ -245,13 +272,18 @@ class EvalConfig:
         require(self.clients is None or self.clients >= 1, "eval.clients", "null (every client) or an integer >= 1",
                 self.clients)
         require(self.every >= 0, "eval.every", "an integer >= 0 (0: only at the end)", self.every)
-        require(self.batch_size >= 1, "eval.batch_size", "an integer >= 1", self.batch_size)
+        require(1 <= self.batch_size <= MAX_BATCH, "eval.batch_size", f"an integer in [1, {MAX_BATCH}]",
+                self.batch_size)
         require(self.finetune_steps >= 0, "eval.finetune_steps", "an integer >= 0", self.finetune_steps)
 
 
 @dataclass
 class MetricsConfig:
     tensorboard: bool = False  # also write TensorBoard event files under <run.dir>/tensorboard
+    # also log parameters, per-round metrics, per-client arrays and provenance to MLflow: a tracking server
+    # (http://host:port) or a local store (a directory); null: off (docs/evaluation.md)
+    mlflow: str | None = None
+    mlflow_experiment: str = "fedrun"  # the MLflow experiment of the run (created when missing)
 
 
 @dataclass
@@ -271,10 +303,10 @@ class AsyncConfig:
     simulated duration, and the server steps whenever ``buffer_size`` updates have arrived; ``run.rounds``
     counts server steps."""
 
-    enabled: bool = False
+    enabled: bool = False  # buffered asynchronous server steps instead of synchronous rounds
     buffer_size: int = 5  # M (FADAS update_freq)
     concurrency: int = 10  # C: clients in flight (FADAS: max(floor(frac N), 1))
-    durations: Literal["classes", "constant"] = "classes"
+    durations: Literal["classes", "constant"] = "classes"  # how long a client trains: speed classes, or constant
     # speed classes: class c takes U(lo_c, hi_c) time units (FADAS code; [50, 80] for its large_delay)
     class_ranges: list[list[float]] = field(default_factory=lambda: [[1.0, 2.0], [3.0, 5.0], [5.0, 8.0]])
     class_scale: float = 1.0  # s: class shares drawn from Dirichlet(3s, 2s, s), then one class per client
@@ -299,7 +331,7 @@ class CorruptionConfig:
     """Clients that upload corrupted model deltas, to show an aggregator failing or holding
     (fedrun/federation/corruption.py, docs/algorithms.md). Off by default."""
 
-    kind: Literal["none", "sign_flip", "gaussian"] = "none"
+    kind: Literal["none", "sign_flip", "gaussian"] = "none"  # how corrupted clients corrupt their upload
     clients: list[int] | None = None  # the corrupted clients' ids ...
     fraction: float = 0.0  # ... or this share of the N clients, drawn once from the run seed
     scale: float = 1.0  # sign_flip: upload -scale * Delta_i; gaussian: upload scale * N(0, I)
@@ -347,7 +379,8 @@ class Config:
                 "stored, so it cannot be dropped)", self.run.skip_nonfinite_clients)
 
     def run_dir(self) -> Path:
-        return Path(self.run.dir.format(name=self.run.name, seed=self.run.seed))
+        """``run.dir`` with ``{name}``, ``{seed}`` filled in and a leading ``~`` expanded to the home directory."""
+        return Path(self.run.dir.format(name=self.run.name, seed=self.run.seed)).expanduser()
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config; with plugins, a derived ``plugins`` section ``{field: "module:Attr@sha256"}``
@@ -356,6 +389,8 @@ class Config:
         out = dataclasses.asdict(self)
         algo = out.pop("algorithm")
         out["algorithm"] = {"name": algo["name"], **(algo["hparams"] or {})}
+        for section in PLUGIN_SETTINGS:  # a plugin's settings are keys of its section, as hparams are
+            out[section].update(out[section].pop("settings") or {})
         plugins = self.plugin_digests()
         if plugins:
             out["plugins"] = plugins
@@ -372,79 +407,117 @@ class Config:
 
 
 _SECTIONS = frozenset(f.name for f in dataclasses.fields(Config))
+PLUGIN_SETTINGS = {"model": "name", "participation": "pattern"}  # sections whose plugin may have ``Settings``
 
 
 # --------------------------------------------------------------------------------------------- loading
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.safe_load`` that refuses a key repeated in one mapping (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r} in one mapping "
-                                  "(YAML would keep the last one silently)")
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def parse_yaml(text: str) -> Any:
-    """YAML the safe way (no Python objects), with duplicate keys refused (:class:`ConfigError`)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML file (or start from defaults), apply ``section.key=value`` overrides, validate."""
     data: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if path.is_dir():
-            raise ConfigError(f"{path}: is a directory, expected a YAML config file")
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            loaded = parse_yaml(path.read_text())
-        except yaml.YAMLError as exc:
-            first = str(exc).splitlines()[0]
-            raise ConfigError(f"{path}: not valid YAML ({first})") from None
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping of sections at the top level")
-        data = loaded or {}
-    for item in overrides:
-        apply_override(data, item)
+        data = read_config_file(Path(path))
+    apply_overrides(data, overrides)
     return config_from_dict(data)
 
 
-def apply_override(data: dict[str, Any], item: str) -> None:
-    """Set ``a.b.c=value`` in a nested dict; the value is parsed as YAML (numbers, lists, null)."""
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The sections of config file ``path`` (YAML 1.2, fedrun.config_yaml); ConfigError naming the file."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory, expected a YAML config file")
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        if path.stat().st_size > 4 * MAX_BYTES:  # before reading: at most 4 bytes per character
+            raise ConfigError(f"{path.stat().st_size} bytes, more than a config may have ({MAX_BYTES} characters)")
+        loaded = parse_yaml(path.read_text())
+    except YAMLError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{path}: not valid YAML ({brief(first)[1:-1]})") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({brief(str(exc))[1:-1]})") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    return loaded or {}
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> None:
+    """Apply ``overrides`` in order (:func:`apply_override`): a setting given twice takes the last value,
+    as in a shell's repeated assignments (:func:`repeated_settings` lists them for the command line to
+    print)."""
+    for item in overrides:
+        apply_override(data, item)
+
+
+def repeated_settings(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """One note per setting that ``overrides`` give more than once, also when one of them sets its whole
+    section (``local={steps: 5}`` and ``local.steps=3``): ``local.steps: 'local.steps=3' then
+    'local={steps: 5}', the last one counts``."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, item in enumerate(overrides):
+        for key in _leaf_keys(item):
+            first.setdefault(key, i)
+            last[key] = i
+    return [f"{key}: {brief(overrides[first[key]])} then {brief(overrides[last[key]])}, the last one counts"
+            for key in first if first[key] != last[key]]
+
+
+def _leaf_keys(item: str) -> list[str]:
+    """The dotted settings override ``item`` sets: its key, or every key below it for a mapping value."""
     if "=" not in item:
-        raise ConfigError(f"override {item!r}: expected section.key=value")
+        return []
+    key, raw = item.split("=", 1)
+    try:
+        value = parse_yaml(raw) if raw.strip() else None
+    except (YAMLError, ConfigError):
+        value = None
+    out, stack = [], [(key.strip(), value)]
+    while stack:
+        prefix, node = stack.pop()
+        if isinstance(node, dict) and node:
+            stack.extend((f"{prefix}.{k}", v) for k, v in node.items())
+        else:
+            out.append(prefix)
+    return out
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set ``a.b.c=value`` in a nested dict; the value is parsed as YAML (numbers, lists, null). A mapping
+    given to a section (``local={steps: 5}``) is merged into it: the section's other keys stay."""
+    if "=" not in item:
+        raise ConfigError(f"override {brief(item)}: expected section.key=value")
     key, raw = item.split("=", 1)
     parts = key.strip().split(".")
     if not all(parts):
-        raise ConfigError(f"override {item!r}: expected section.key=value")
+        raise ConfigError(f"override {brief(item)}: expected section.key=value")
     try:
         value = parse_yaml(raw) if raw.strip() else None
-    except yaml.YAMLError:
+    except YAMLError:
         value = raw
     except ConfigError as exc:
-        raise ConfigError(f"override {item!r}: {exc}") from None
+        raise ConfigError(f"override {brief(item)}: {exc}") from None
     if len(parts) == 1 and parts[0] in _SECTIONS and not isinstance(value, dict):
-        raise ConfigError(f"override {item!r}: {parts[0]} is a section; expected {parts[0]}.KEY=VALUE")
+        raise ConfigError(f"override {brief(item)}: {parts[0]} is a section; expected {parts[0]}.KEY=VALUE")
     node = data
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"override {item!r}: {part} is not a section")
+            raise ConfigError(f"override {brief(item)}: {part} is not a section")
         node = child
-    node[parts[-1]] = value
+    old = node.get(parts[-1])
+    node[parts[-1]] = _merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+
+
+def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with ``new``'s keys set, mappings merged key by key."""
+    out = dict(old)
+    for k, v in new.items():
+        out[k] = _merged(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else v
+    return out
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:
@@ -454,14 +527,18 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     partitioner and participation pattern are checked by their registries when the run is built."""
     data = dict(data)
     data.pop("plugins", None)  # derived from the code on the Python path (Config.to_dict), never a setting
+    extras = {}
+    for section in PLUGIN_SETTINGS:
+        if isinstance(data.get(section), dict):
+            data[section], extras[section] = _split_settings(section, data[section])
     algo_raw = data.pop("algorithm", None) or {}
     if not isinstance(algo_raw, dict):
-        raise ConfigError(f"algorithm: expected a mapping, got {algo_raw!r}")
+        raise ConfigError(f"algorithm: expected a mapping, got {brief(algo_raw)}")
     cfg = build_dataclass(Config, data, "")
     algo_raw = dict(algo_raw)
     name = algo_raw.pop("name", "fedavg")
-    if not isinstance(name, str):
-        raise ConfigError(f"algorithm.name: expected a string, got {name!r}")
+    if not isinstance(name, str) or "\x00" in name:
+        raise ConfigError(f"algorithm.name: expected a string, got {brief(name)}")
     from fedrun.algorithms import get_algorithm  # here, not at import: reading a config needs no torch
 
     try:
@@ -470,8 +547,32 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
     hparams = build_dataclass(algorithm.Hparams, algo_raw, "algorithm")
     cfg.algorithm = AlgorithmConfig(name=name, hparams=hparams)
+    for section, key in PLUGIN_SETTINGS.items():
+        settings_cls = plugin_settings(getattr(getattr(cfg, section), key), f"{section}.{key}")
+        if settings_cls is not None:
+            getattr(cfg, section).settings = build_dataclass(settings_cls, extras.get(section, {}), section)
+        elif extras.get(section):
+            allowed = ", ".join(sorted(f.name for f in dataclasses.fields(getattr(cfg, section)) if f.init))
+            raise ConfigError(f"{section}.{sorted(extras[section])[0]}: unknown key (allowed: {allowed})")
     check_all(cfg)
     return cfg
+
+
+def _split_settings(section: str, raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model/participation section's own keys, and the others (a plugin's settings, or unknown keys)."""
+    own = {f.name for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.init}
+    return {k: v for k, v in raw.items() if k in own}, {k: v for k, v in raw.items() if k not in own}
+
+
+def plugin_settings(value: str, field_name: str) -> type | None:
+    """The ``Settings`` dataclass of the plugin that config field ``field_name`` names, or None (a built-in
+    name, or a plugin without settings)."""
+    if not is_import_path(value):
+        return None
+    settings = getattr(load(value, field_name, "an importable plugin", lambda obj: True), "Settings", None)
+    if settings is not None and not (isinstance(settings, type) and dataclasses.is_dataclass(settings)):
+        raise ConfigError(f"{field_name}: {value}.Settings is {settings!r}; expected a dataclass of settings")
+    return settings
 
 
 def check_all(obj: Any) -> None:
@@ -491,13 +592,17 @@ def build_dataclass(cls: type, data: Any, where: str) -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {brief(data)}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(f"{where or 'config'}: key {brief(key)} is not a name; expected one of "
+                              f"{', '.join(sorted(names))}")
     unknown = sorted(set(data) - names)
     if unknown:
         allowed = ", ".join(sorted(names))
-        raise ConfigError(f"{_join(where, unknown[0])}: unknown key (allowed: {allowed})")
+        raise ConfigError(f"{_join(where, brief(unknown[0])[1:-1])}: unknown key (allowed: {allowed})")
     kwargs = {}
     for name in names:
         if name in data:
@@ -523,24 +628,26 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             except ConfigError as exc:
                 errors.append(exc)
         expected = " or ".join(_describe(a) for a in args)
-        raise ConfigError(f"{where}: expected {expected}, got {value!r}")
+        raise ConfigError(f"{where}: expected {expected}, got {brief(value)}")
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{where}: expected one of {', '.join(map(str, args))}, got {value!r}")
+            raise ConfigError(f"{where}: expected one of {', '.join(map(str, args))}, got {brief(value)}")
         return value
     if origin is list:
         if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {brief(value)}")
         return [_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
     if tp is Any:
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}: expected true or false, got {brief(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {brief(value)}")
+        if not -MAX_INT - 1 <= value <= MAX_INT:  # beyond int64: every array it reaches would overflow
+            raise ConfigError(f"{where}: expected an integer in [-2^63, 2^63), got {brief(value)}")
         return value
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads "1e-2" as a string
@@ -549,13 +656,15 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {brief(value)}")
         if not math.isfinite(value):  # .inf / .nan / 1e999 would pass every range check below
-            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{where}: expected a finite number, got {brief(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {brief(value)}")
+        if "\x00" in value:  # no file name, format or registry name holds one; os calls refuse it
+            raise ConfigError(f"{where}: expected a string without NUL characters, got {brief(value)}")
         return value
     raise TypeError(f"{where}: unsupported config type {tp!r}")
 

@@ -2,7 +2,8 @@
 
 Exit status: 0 success; 1 runtime failure (one line naming the rank and cause); 2 bad input (config,
 data file, checkpoint); 3 numerical failure (NaN/Inf; the last checkpoint is kept); 75 stopped by
-SIGTERM/SIGUSR1 after writing a checkpoint (the scheduler may requeue the job).
+SIGTERM/SIGUSR1/SIGINT (Ctrl-C) after writing a checkpoint (the scheduler may requeue the job); 130 stopped
+at once by a second Ctrl-C (no new checkpoint).
 
 Every message is meant to be read as one line: it names the field or file and what was expected.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import pickle
+import reprlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_NUMERICAL, EXIT_REQUEUE = 0, 1, 2, 3, 75
+EXIT_INTERRUPTED = 130  # a second Ctrl-C: stopped at once, no new checkpoint (the shell's 128 + SIGINT)
 
 
 class _OneLine:
@@ -29,6 +32,11 @@ class _OneLine:
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and what was expected."""
+
+
+class RuleContractError(ConfigError):
+    """An algorithm rule's result does not match its declaration (fedrun.algorithms.contract; exit status 2:
+    the plugin, or the built-in, is bad input)."""
 
 
 class DataError(_OneLine, ValueError):
@@ -143,10 +151,26 @@ def one_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+_BRIEF = reprlib.Repr()
+_BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 80, 80, 40
+_BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxdict = _BRIEF.maxset = 6
+_BRIEF.maxlevel = 2
+BRIEF_CHARS = 100
+
+
+def brief(value: Any) -> str:
+    """``repr(value)`` cut to about 80 characters, computed without rendering the whole value: an error
+    message about a huge or deeply aliased config value (``run.name: [[...]] x 10^9``) costs what its
+    first few items cost, never the value's size (reprlib: at most 6 items per level, 2 levels, then
+    cut to BRIEF_CHARS characters)."""
+    text = _BRIEF.repr(value)
+    return text if len(text) <= BRIEF_CHARS else text[:BRIEF_CHARS - 3] + "..."
+
+
 def require(ok: bool, name: str, expected: str, got: Any) -> None:
     """Raise ``ConfigError("name: expected ..., got ...")`` unless ``ok``; used by every ``check``."""
     if not ok:
-        raise ConfigError(f"{name}: expected {expected}, got {got!r}")
+        raise ConfigError(f"{name}: expected {expected}, got {brief(got)}")
 
 
 def require_file(path: str | Path, expected: str, error: type[Exception] = DataError) -> Path:

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from fedrun.errors import ConfigError
+from fedrun.errors import ConfigError, brief
 
 
 def is_import_path(name: str) -> bool:
@@ -34,7 +34,7 @@ def is_import_path(name: str) -> bool:
 def _split(value: str, field: str) -> tuple[str, str]:
     module, _, attr = value.partition(":")
     if not all(part.isidentifier() for part in (*module.split("."), *attr.split("."))):
-        raise ConfigError(f"{field}: expected a registered name or package.module:Attribute, got {value!r}")
+        raise ConfigError(f"{field}: expected a registered name or package.module:Attribute, got {brief(value)}")
     return module, attr
 
 

@@ -1,4 +1,5 @@
-"""Checks of a whole config that need the data: does the model fit the dataset?
+"""Checks of a whole config that need the data or this machine: does the model fit the dataset, are
+there the CPUs for ``run.threads``?
 
 ``fedrun sweep`` runs them on every task before anything is queued (fedrun.sweep.validate), and the
 round engine's build step calls :func:`check_model_fits_data` too, so a mismatch is one line naming the
@@ -7,6 +8,7 @@ model, the input shape it expects and the data's, instead of a matmul error from
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,20 @@ EXPECTED_INPUT: dict[str, str] = {
 }
 
 
+def check_threads(cfg: Config) -> None:
+    """Raise :class:`ConfigError` unless ``run.threads`` is at most the CPUs this process may run on (its
+    affinity mask): more intra-op threads than CPUs only contend, and torch crashes at some thousands
+    (``run.threads=100000`` ended in a segmentation fault). Checked where a rank starts, not on a login
+    node that validates a sweep for other machines."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    if cfg.run.threads > cpus:
+        raise ConfigError(f"run.threads: expected at most the {cpus} CPU(s) this process may use, got "
+                          f"{cfg.run.threads}")
+
+
 def check_model_fits_data(cfg: Config, task: TaskData | None = None) -> None:
     """Raise :class:`ConfigError` (one line: model, expected and actual input shape) unless
     ``cfg.model.name`` built for ``cfg.data``'s input shape takes one example and returns what the task's
@@ -47,13 +63,13 @@ def check_model_fits_data(cfg: Config, task: TaskData | None = None) -> None:
 
         on_demand = ON_DEMAND.get(cfg.data.name)
         task = on_demand(cfg.data, cfg.run.seed).task if on_demand else load_task(cfg.data, cfg.run.seed)
-    problem = model_data_mismatch(cfg.model.name, task)
+    problem = model_data_mismatch(cfg.model.name, task, cfg.model.settings)
     if problem is not None:
         raise ConfigError(problem)
 
 
-def model_data_mismatch(model_name: str, task: TaskData) -> str | None:
-    """The one-line reason ``model_name`` does not fit ``task``, or None when it does."""
+def model_data_mismatch(model_name: str, task: TaskData, settings: Any = None) -> str | None:
+    """The one-line reason ``model_name`` (with a plugin's ``settings``) does not fit ``task``, or None when it does."""
     import torch
 
     from fedrun.models import build_model
@@ -71,7 +87,7 @@ def model_data_mismatch(model_name: str, task: TaskData) -> str | None:
     try:
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():  # the run's seed stays put
             warnings.simplefilter("ignore")  # e.g. "zero-element tensors" of a 0-class head: reported below
-            model = build_model(model_name, shape, task.num_classes)
+            model = build_model(model_name, shape, task.num_classes, settings)
         model.eval()
         with torch.no_grad():
             out = model(example)

@@ -11,6 +11,8 @@
 # Each rank picks its GPU from its node-local rank (fedrun does this); nothing to set here.
 # Exit status is fedrun's: 0 done, 75 stopped by SIGTERM/SIGUSR1 after a checkpoint, 1 error.
 #
+# On one machine every listening socket stays on loopback with FEDRUN_MPIEXEC=.venv/bin/mpiexec.gforker;
+# with hydra's mpiexec (the default) its control port listens on all interfaces (docs/reliability.md).
 # Environment: FEDRUN_PYTHON, FEDRUN_TRAIN, FEDRUN_RUN_DIR, FEDRUN_MPIEXEC, FEDRUN_CPU_BIND, FEDRUN_IFNAME,
 # FEDRUN_MPIEXEC_ARGS (more mpiexec options, blank-separated).
 set -euo pipefail
@@ -51,8 +53,12 @@ if "$mpiexec" --version 2>&1 | grep -qi 'open mpi\|open-mpi\|openrte'; then
            CUDA_DEVICE_ORDER NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; do
     [ -n "${!v:-}" ] && args+=(-x "$v")
   done
-else  # MPICH's hydra passes the whole environment
-  args+=(-bind-to "$bind")
+else  # MPICH passes the whole environment
+  # one machine: MPICH's UCX transport listens on loopback only, not on every rank's external interface
+  export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+  # mpiexec.gforker (FEDRUN_MPIEXEC=.../mpiexec.gforker) keeps its own control socket on loopback too, but
+  # cannot bind ranks to cores; hydra (mpiexec) can, and listens on every interface (docs/reliability.md)
+  [[ "$(basename "$mpiexec")" == *gforker* ]] || args+=(-bind-to "$bind")
 fi
 if [ -n "${FEDRUN_MPIEXEC_ARGS:-}" ]; then read -ra extra <<<"$FEDRUN_MPIEXEC_ARGS"; args+=("${extra[@]}"); fi
 fedrun_exec "${args[@]}" "${FEDRUN_CMD[@]}"

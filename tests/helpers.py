@@ -51,6 +51,7 @@ Running:
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import json
 import os
@@ -123,6 +124,28 @@ def kill_after(args: list[str], run_dir: Path, rounds_done: int, ranks: int = 2)
     assert proc.poll() is None, "the run finished before it could be killed; make it longer"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def one_line_problems(code: Any, err: str, needle: str) -> list[str]:
+    """What is wrong with a bad-input answer (exit status ``code``, stderr ``err``) that must be ONE
+    ``fedrun...`` line naming ``needle``, status 2, without a traceback (the bad-input fuzz suites)."""
+    line = err.strip()
+    problems = []
+    if code != 2:
+        problems.append(f"exit status {code}")
+    if "\n" in line or not line.startswith("fedrun"):
+        problems.append("not one 'fedrun...' line")
+    if "Traceback" in err:
+        problems.append("traceback")
+    if needle not in line:
+        problems.append(f"does not name {needle!r}")
+    return problems
+
+
+def file_digests(run: Path) -> dict[str, str]:
+    """sha256 of every file of directory ``run`` but its lock: equal digests, nothing changed."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.iterdir())
+            if p.is_file() and p.name != ".lock"}
 
 
 def slurm_reason() -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import hashlib
 import io
 import json
 import pickle
@@ -25,7 +24,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from helpers import LEAST_SQUARES, REPO, child_env, run_ranks
+from helpers import LEAST_SQUARES, REPO, child_env, file_digests, one_line_problems, run_ranks
 
 from fedrun.cli import main
 
@@ -520,14 +519,6 @@ def _replace_checksummed(path: str, value):
 # ------------------------------------------------------------------------------------------- driver
 
 
-def _digest(run: Path) -> dict[str, str]:
-    return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(run.iterdir())
-        if p.is_file() and p.name != ".lock"
-    }
-
-
 def _in_process(argv: list[str]) -> tuple[int, str]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -549,7 +540,7 @@ def test_malformed_inputs_give_one_line_and_status_2(tmp_path):
     run = tmp_path / "run"
     run_ranks(0, ["-m", "fedrun", "train", "--quiet", f"run.dir={run}", *LS])
     ckpt = sorted(run.glob("ckpt_*.h5"))[-1]
-    before = _digest(run)
+    before = file_digests(run)
     assert any(name.startswith("ckpt_") for name in before) and "metrics.jsonl" in before
     inputs, fresh = tmp_path / "inputs", tmp_path / "fresh"
     inputs.mkdir()
@@ -559,27 +550,19 @@ def test_malformed_inputs_give_one_line_and_status_2(tmp_path):
         runners = [("in-process", _in_process)] + ([("subprocess", _subprocess)] if i % SUBPROCESS_EVERY == 0 else [])
         for how, runner in runners:
             code, err = runner(argv)
-            line = err.strip()
-            problems = []
-            if code != 2:
-                problems.append(f"exit status {code}")
-            if "\n" in line or not line.startswith("fedrun"):
-                problems.append("not one 'fedrun...' line")
-            if "Traceback" in err:
-                problems.append("traceback")
-            if needle not in line:
-                problems.append(f"does not name {needle!r}")
+            problems = one_line_problems(code, err, needle)
             if "pickled code ran" in err:
                 problems.append("a pickle ran code")
             if problems:
                 failures.append(f"[{category}/{how}] {' '.join(argv[-3:])}: {', '.join(problems)}: {err[-600:]!r}")
             counts[f"{category}/{how}"] += 1
-        after = _digest(run)
+        after = file_digests(run)
         if after != before:
             failures.append(f"[{category}] {' '.join(argv[-3:])}: changed the run directory")
             before = after
-        if fresh.exists() and _digest(fresh):
-            failures.append(f"[{category}] {' '.join(argv[-3:])}: wrote {sorted(_digest(fresh))} into a new run dir")
+        if fresh.exists() and file_digests(fresh):
+            wrote = sorted(file_digests(fresh))
+            failures.append(f"[{category}] {' '.join(argv[-3:])}: wrote {wrote} into a new run dir")
             shutil.rmtree(fresh)
     by_category = Counter(c for c, _, _ in cases)
     print(f"\nbad-input cases: {len(cases)} ({dict(by_category)}); runs: {dict(counts)}")

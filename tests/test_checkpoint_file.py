@@ -416,7 +416,8 @@ def test_newer_rounds_from_an_earlier_attempt_are_kept_until_removed(tmp_path):
 def test_describe_checkpoint(tmp_path):
     path, _ = write_ckpt(tmp_path, 7)
     text = describe_checkpoint(path)
-    assert "next round 7" in text and "algorithm scaffold" in text and f"N={N}" in text and f"d={D}" in text
+    assert "after round 7 (resumes with round 8)" in text and "algorithm scaffold" in text
+    assert f"N={N}" in text and f"d={D}" in text
     assert f"format version {FORMAT_VERSION}" in text
     line = next(s for s in text.splitlines() if "clients/c" in s)
     assert f"({N}, {D})" in line and "float32" in line and f"{N * D * 4:,} B" in line and line.endswith("ok")

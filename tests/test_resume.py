@@ -19,15 +19,16 @@ from helpers import REPO, child_env, final_state, kill_after, metrics, mpiexec, 
 
 pytestmark = pytest.mark.mpi
 
-def assert_same_run(a: Path, b: Path, exact: bool = True, rtol: float = 0.0) -> None:
+def assert_same_run(a: Path, b: Path, cut: bool = False) -> None:
+    """The same final state, bit for bit, and the same metrics; with ``cut`` (b stopped at the end of a
+    shorter run, which evaluated then) the same per-round fingerprints of the server state."""
     sa, sb = final_state(a), final_state(b)
     assert sa.keys() == sb.keys()
     for key in sa:
-        if exact:
-            assert np.array_equal(sa[key], sb[key]), key
-        else:
-            np.testing.assert_allclose(sb[key], sa[key], rtol=rtol, atol=rtol * np.abs(sa[key]).max(), err_msg=key)
-    if exact:
+        assert np.array_equal(sa[key], sb[key]), key
+    if cut:
+        assert [r["fingerprint"] for r in metrics(a)] == [r["fingerprint"] for r in metrics(b)]
+    else:
         assert metrics(a) == metrics(b)
 
 
@@ -55,12 +56,13 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, algorithm, seed):
 
 @pytest.mark.parametrize("ranks", [1, 3])
 def test_resume_on_a_different_number_of_ranks(tmp_path, ranks):
-    """SCAFFOLD's c_i rows are re-blocked: 7 clients on 2 ranks become 1 block or 3 blocks."""
+    """SCAFFOLD's c_i rows are re-blocked: 7 clients on 2 ranks become 1 block or 3 blocks; the sums over
+    clients are exact, so the resumed run is the uninterrupted one bit for bit."""
     extra = ["algorithm.name=scaffold"]
     run_ranks(2, train_args(tmp_path / "whole", 30, extra))
     run_ranks(2, train_args(tmp_path / "elastic", 12, extra))
     run_ranks(ranks, train_args(tmp_path / "elastic", 30, extra, resume=True))
-    assert_same_run(tmp_path / "whole", tmp_path / "elastic", exact=False, rtol=1e-10)
+    assert_same_run(tmp_path / "whole", tmp_path / "elastic", cut=True)
 
 
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path):

@@ -1,15 +1,20 @@
 """Local-training strategies (fedrun.training.strategy, gradients): sequential, channels_last and vmap
-compute the same training, `auto` times the applicable ones, and forcing one that does not apply is a
+compute the same training, `auto` takes the neighbour-independent one, `fastest` times the
+applicable ones, and forcing one that does not apply is a
 one-line config error."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from helpers import federation, single_world
 
 import fedrun
 from fedrun.errors import ConfigError
+from fedrun.protocol import LocalPlan
+from fedrun.training.gradients import local_oracle
+from fedrun.training.local import run_local
 
 CNN = {"run": {"rounds": 2, "dtype": "float64", "seed": 3, "device": "cpu"},
        "data": {"name": "synthetic", "num_clients": 4, "partition": "iid",
@@ -47,14 +52,42 @@ def test_channels_last_and_vmap_train_like_the_plain_loop(model):
     assert np.abs(plain.x - init.x).max() > 1e-3  # training moved the model
 
 
-def test_auto_times_the_applicable_strategies_and_keeps_the_fastest():
+def test_auto_takes_the_neighbour_independent_strategy_of_the_model():
     cnn = federation(CNN)
+    assert cnn.strategy == "channels_last" and cnn.strategy_timings == {}
+    assert federation(with_sections(CNN, model={"name": "logistic"})).strategy == "sequential"
+
+
+def test_fastest_times_the_applicable_strategies_and_keeps_the_fastest():
+    cnn = federation(with_sections(CNN, local={"strategy": "fastest"}))
     assert set(cnn.strategy_timings) == {"sequential", "channels_last", "vmap"}
     assert cnn.strategy == min(cnn.strategy_timings, key=cnn.strategy_timings.get)
-    dropout = federation(with_sections(CNN, model={"name": "cnn_mnist"}, data=MNIST_SHAPE))
+    dropout = federation(with_sections(CNN, model={"name": "cnn_mnist"}, data=MNIST_SHAPE,
+                                       local={"strategy": "fastest"}))
     assert set(dropout.strategy_timings) == {"sequential", "channels_last"}  # no vmap with dropout
-    flat = federation(with_sections(CNN, model={"name": "logistic"}))
+    flat = federation(with_sections(CNN, model={"name": "logistic"}, local={"strategy": "fastest"}))
     assert set(flat.strategy_timings) == {"sequential", "vmap"}  # no kernels to reorder
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "channels_last"])
+def test_a_client_trains_to_the_same_bits_alone_or_with_others(strategy):
+    """What makes auto's strategies reproducible on any number of ranks: float32, client 3 trained alone,
+    then in the middle of a group of 4."""
+    setup = federation(with_sections(CNN, run={"dtype": "float32"}, model={"name": "cnn_mnist"},
+                                     data=MNIST_SHAPE, local={"strategy": strategy})).setup
+    x0, block, learner = setup.exchange.global_model(), setup.placement.block, setup.learner
+
+    def trained(rows: list[int]) -> torch.Tensor:
+        rows = np.asarray(rows)
+        batches = block.batches(rows, 0, 0, 4, 3, None, True)
+        oracle, group = local_oracle(strategy, learner.model, learner.loss_fn, block, batches, rows, 0, 0,
+                                     learner.random_model)
+        plan = LocalPlan(start=x0.expand(len(rows), -1))
+        return run_local(plan, oracle, batches.sizes > 0, 0.05, setup.cfg.local, group).x_end
+
+    alone, grouped = trained([3])[0], trained([1, 2, 3, 0])[2]
+    assert torch.equal(alone, grouped)
+    assert not torch.equal(alone, x0)
 
 
 @pytest.mark.parametrize("model,strategy,needle", [

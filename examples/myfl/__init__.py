@@ -1,10 +1,11 @@
 """A small plugin package for fedrun, outside the fedrun package (docs/extending.md).
 
 * ``myfl.algorithm:ClippedFedAvg``: FedAvg whose client deltas are clipped to a norm before averaging;
-* ``myfl.model:mlp``: a two-layer perceptron factory ``(input_shape, num_classes) -> nn.Module``;
+* ``myfl.model:mlp``: a two-layer perceptron factory ``(input_shape, num_classes, settings) -> nn.Module``
+  with its own setting ``model.width``;
 * ``myfl.data:blobs``: Gaussian blobs, one natural client group per writer-like cluster;
-* ``myfl.participation:NoRepeat``: S clients per round, none of them active in the round before
-  (a pattern with state that the checkpoint saves).
+* ``myfl.participation:NoRepeat``: S clients per round, none of them active in the last
+  ``participation.cooldown`` rounds (a pattern with state that the checkpoint saves, and its own setting).
 
 Put ``examples/`` on the Python path (``PYTHONPATH=examples``) and name them in a config.
 """

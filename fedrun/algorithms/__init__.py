@@ -22,6 +22,7 @@ from fedrun.algorithms.fedtrimmedavg import FedTrimmedAvg
 from fedrun.algorithms.krum import Krum
 from fedrun.algorithms.memory import FedVarp, Mifa
 from fedrun.algorithms.scaffold import Scaffold
+from fedrun.errors import brief
 from fedrun.plugins import is_import_path, load
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
@@ -43,4 +44,4 @@ def get_algorithm(name: str) -> type[Algorithm]:
     try:
         return ALGORITHMS[name]
     except KeyError:
-        raise KeyError(f"unknown algorithm {name!r} (known: {', '.join(sorted(ALGORITHMS))})") from None
+        raise KeyError(f"unknown algorithm {brief(name)} (known: {', '.join(sorted(ALGORITHMS))})") from None

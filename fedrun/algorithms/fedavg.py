@@ -31,6 +31,7 @@ from fedrun.algorithms.base import (
 
 @dataclass
 class FedAvgHparams(GlobalLrHparams):
+    # how uploads are averaged: uniform 1/|S_t|, data_size n_i / sum n_j, average_all 1/N, known_prob 1/(N p_i)
     weighting: Literal["uniform", "data_size", "average_all", "known_prob"] = "uniform"
 
 

@@ -33,7 +33,7 @@ from fedrun.algorithms.base import (
     model_delta,
     unchanged_if_empty,
 )
-from fedrun.errors import require
+from fedrun.errors import ConfigError, require
 
 Form = Literal["code", "paper"]
 
@@ -44,8 +44,8 @@ def memory_entry(local: LocalResult, down: dict[str, Tensor], form: Form, ctx: R
     if form == "code":
         return delta
     if ctx.lr <= 0:
-        raise ValueError("algorithm.form=paper normalizes by the local lr, which is 0 in round "
-                         f"{ctx.round}; use form=code or a positive local.lr")
+        raise ConfigError("algorithm.form=paper normalizes by the local lr, which is 0 in round "
+                          f"{ctx.round + 1}; expected form=code or a positive local.lr")
     return -delta / ctx.lr
 
 

@@ -38,6 +38,7 @@ from fedrun.algorithms.base import (
     model_delta,
     unchanged_if_empty,
 )
+from fedrun.errors import ConfigError
 
 
 @dataclass
@@ -70,6 +71,10 @@ class Scaffold(Algorithm):
             gbar = local.grad_mean
             return {"delta": gbar - c_i}, {**state, "c_i": gbar}
         dx = model_delta(local, down)
+        if ctx.lr <= 0:  # 0/0: the control variates would be NaN, and the run would end as "divergence"
+            raise ConfigError(f"local.lr: SCAFFOLD's Option II control variates divide by the local lr, which is "
+                              f"0 in round {ctx.round + 1}; expected a positive local.lr (or algorithm.form="
+                              "single_uplink)")
         c_plus = c_i - down["c"] - dx / (ctx.local_steps * ctx.lr)  # Option II
         return {"dx": dx, "dc": c_plus - c_i}, {**state, "c_i": c_plus}
 

@@ -246,7 +246,8 @@ def describe_checkpoint(path: str | os.PathLike) -> str:
         m = r.meta
         lines = [
             f"checkpoint {r.path}",
-            f"  next round {m['round']}   algorithm {m['algorithm']}   clients N={m['num_clients']}   "
+            f"  after round {m['round']} (resumes with round {m['round'] + 1})   algorithm {m['algorithm']}   "
+            f"clients N={m['num_clients']}   "
             f"dim d={m['dim']}   format version {m['format_version']}   created {m['created']}",
             "  datasets:",
         ]

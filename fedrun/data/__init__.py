@@ -7,15 +7,17 @@ natural client of every training example (docs/extending.md)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from fedrun.config import DataConfig
-from fedrun.data.builtin import load_arrays, load_least_squares, load_mnist5k, load_synthetic
+from fedrun.data.builtin import arrays_source, load_arrays, load_least_squares, load_mnist5k, load_synthetic
 from fedrun.data.client_source import ClientSource
 from fedrun.data.dataset import TaskData
 from fedrun.data.federated_h5 import FederatedH5
 from fedrun.data.sources import DATASETS, load_dataset
 from fedrun.data.synthetic_fedprox import SyntheticFedprox
-from fedrun.errors import ConfigError, DataError
+from fedrun.data.validate import check_task
+from fedrun.errors import ConfigError, DataError, brief
 from fedrun.plugins import call, is_import_path, load
 
 BUILTIN: dict[str, Callable[[DataConfig, int], TaskData]] = {
@@ -33,7 +35,18 @@ ON_DEMAND: dict[str, Callable[[DataConfig, int], ClientSource]] = {
 
 
 def load_task(cfg: DataConfig, seed: int) -> TaskData:
-    """Load the dataset named by ``data.name`` (built-in, from ``data.root`` on disk, or a plugin loader)."""
+    """Load the dataset named by ``data.name`` (built-in, from ``data.root`` on disk, or a plugin loader),
+    checked at the door (:func:`fedrun.data.validate.check_task`: DataError naming file, array and index)."""
+    task = _load(cfg, seed)
+    if cfg.name == "arrays":
+        source: str | dict[str, str] = arrays_source(Path(cfg.root))
+    else:
+        source = f"data.name={cfg.name}" + (f" (data.root={cfg.root})" if cfg.name in DATASETS else "")
+    check_task(task, source)
+    return task
+
+
+def _load(cfg: DataConfig, seed: int) -> TaskData:
     if is_import_path(cfg.name):
         contract = "a loader (cfg: DataConfig, seed: int) -> TaskData"
         loader = load(cfg.name, "data.name", contract, callable)
@@ -41,12 +54,6 @@ def load_task(cfg: DataConfig, seed: int) -> TaskData:
         if not isinstance(task, TaskData):
             raise ConfigError(f"data.name: {cfg.name} returned {type(task).__name__}; expected "
                               "fedrun.data.dataset.TaskData")
-        n, m = len(task.x_train), len(task.x_test)
-        sizes_ok = len(task.y_train) == n and len(task.y_test) == m and (task.groups is None or len(task.groups) == n)
-        if not sizes_ok or n == 0:
-            raise ConfigError(f"data.name: {cfg.name} returned arrays of lengths x_train {n}, y_train "
-                              f"{len(task.y_train)}, x_test {m}, y_test {len(task.y_test)}, groups "
-                              f"{None if task.groups is None else len(task.groups)}; expected one row per example")
         return task
     if cfg.name in ON_DEMAND:
         raise DataError(f"data.name={cfg.name}: is read per client on demand (docs/scale.md), never held whole; "
@@ -56,7 +63,7 @@ def load_task(cfg: DataConfig, seed: int) -> TaskData:
     if cfg.name in DATASETS:
         return load_dataset(cfg.name, cfg.root, seed, cfg.test_fraction)
     known = ", ".join(sorted([*BUILTIN, *DATASETS, *ON_DEMAND]))
-    raise DataError(f"data.name: expected one of {known}, got {cfg.name!r}")
+    raise DataError(f"data.name: expected one of {known}, got {brief(cfg.name)}")
 
 
 __all__ = ["ON_DEMAND", "DataError", "TaskData", "load_task"]

@@ -22,6 +22,7 @@ import numpy as np
 
 from fedrun.config import DataConfig
 from fedrun.data.dataset import TaskData
+from fedrun.data.validate import integer_array
 from fedrun.errors import DataError, require_file
 
 MNIST5K_SPLIT_SEED = 20251130  # the held-out split of mnist5k does not change with the run seed
@@ -147,17 +148,21 @@ def load_arrays(cfg: DataConfig, seed: int) -> TaskData:
     missing = [k for k in names[:4] if k not in arrays]
     if missing:
         raise DataError(f"{path}: missing arrays {missing} (expected x_train, y_train, x_test, y_test)")
-    y_train = np.asarray(arrays["y_train"], dtype=np.int64)
-    y_test = np.asarray(arrays["y_test"], dtype=np.int64)
-    if len(arrays["x_train"]) != len(y_train) or len(arrays["x_test"]) != len(y_test):
-        raise DataError(f"{path}: x_* and y_* must have the same number of rows")
-    groups = arrays.get("groups")
-    if groups is not None and groups.shape != y_train.shape:
-        raise DataError(f"{path}: groups must have one entry per training example, shape {y_train.shape}")
-    classes = int(max(y_train.max(), y_test.max())) + 1
+    source = arrays_source(path)
+    for name in ("x_train", "x_test"):  # before the float32 conversion, which drops imaginary parts silently
+        if arrays[name].dtype.kind not in "fiub":
+            raise DataError(f"{source[name]}: array {name}: dtype {arrays[name].dtype}; expected real numbers")
+    y_train, y_test, groups = (None if arrays.get(name) is None else integer_array(arrays[name], f"{source[name]}: "
+                               f"array {name}") for name in ("y_train", "y_test", "groups"))
+    classes = int(max(y_train.max(initial=-1), y_test.max(initial=-1))) + 1  # fedrun.data.validate bounds it
     return TaskData("arrays", np.asarray(arrays["x_train"], dtype=np.float32), y_train,
-                    np.asarray(arrays["x_test"], dtype=np.float32), y_test, classes,
-                    groups=None if groups is None else np.asarray(groups, dtype=np.int64))
+                    np.asarray(arrays["x_test"], dtype=np.float32), y_test, classes, groups=groups)
+
+
+def arrays_source(path: Path) -> dict[str, str]:
+    """The file each array of ``data.name=arrays`` comes from (``data.root``: a .npz, or a directory of .npy)."""
+    return {name: str(path / f"{name}.npy") if path.is_dir() else str(path)
+            for name in ("x_train", "y_train", "x_test", "y_test", "groups")}
 
 
 def _open_npz(path: Path) -> np.lib.npyio.NpzFile:

@@ -25,7 +25,7 @@ import numpy as np
 from fedrun.config import DataConfig
 from fedrun.data.dataset import TaskData
 from fedrun.data.hashing import hash_keys
-from fedrun.errors import ConfigError, DataError
+from fedrun.errors import ConfigError, DataError, brief
 
 Partitioner = Callable[[TaskData, DataConfig, int], list[np.ndarray]]
 _CLIENT_TEST_STREAM = 0xC7E5  # hash_keys(seed, stream, client, row) of the per-client test split
@@ -117,7 +117,7 @@ PARTITIONERS: dict[str, Partitioner] = {
 def partition(task: TaskData, cfg: DataConfig, seed: int) -> list[np.ndarray]:
     """Index arrays into ``task.x_train``, one per client; every client holds >= 1 example."""
     if cfg.partition not in PARTITIONERS:
-        raise ConfigError(f"data.partition: expected one of {', '.join(PARTITIONERS)}, got {cfg.partition!r}")
+        raise ConfigError(f"data.partition: expected one of {', '.join(PARTITIONERS)}, got {brief(cfg.partition)}")
     if cfg.num_clients > len(task.y_train):
         raise DataError(f"data.num_clients={cfg.num_clients}: more clients than the "
                         f"{len(task.y_train)} training examples")

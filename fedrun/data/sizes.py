@@ -3,10 +3,11 @@
 A typo such as ``data.num_clients=1000000000`` or ``data.synthetic.shape=[100000, 100000, 100]`` would
 otherwise start a 300 GB allocation that ends in the OOM killer or an ``_ArrayMemoryError`` traceback.
 The estimate is a lower bound of what the run allocates on each rank (every rank generates the whole
-in-memory dataset): the generated arrays at their peak and the per-client bookkeeping. An on-demand
-dataset (docs/scale.md) holds no examples between rounds: it counts its per-client bookkeeping and its
-bounded pooled test set, never N times the examples. Only when it exceeds the
-memory available now is the run refused, with one line naming the fields.
+dataset): the generated arrays at their peak, the per-client bookkeeping at its measured cost, and the
+per-round minibatch indices, summed. Only when the sum exceeds the memory available now is the run
+refused, with one line naming the fields of its largest part. An on-demand dataset (docs/scale.md)
+holds no examples between rounds: it counts its per-client bookkeeping and its bounded pooled test
+set, never N times the examples.
 """
 
 from __future__ import annotations
@@ -14,11 +15,18 @@ from __future__ import annotations
 import math
 import os
 
-from fedrun.config import DataConfig
+from fedrun.config import Config
 from fedrun.data.synthetic_fedprox import MIN_EXAMPLES
 from fedrun.errors import ConfigError
 
-PER_CLIENT_BYTES = 48  # partition index, example counts, last participation and count: int64 each, at least
+# What one client costs a run beyond its data, measured as the growth of the peak resident memory of a
+# one-rank run from N = 3e5 to 3e6 clients of one example each: 264 B (least squares, FedAvg), 273 B
+# (SCAFFOLD, its c_i included), 327 B (synthetic); partition lists, example counts, participation and delay
+# history, the client store, the sampler's permutations
+PER_CLIENT_BYTES = 320
+# the per-round minibatch index arrays [C, K, b] (positions, epochs, rows, sort keys, permutation, mask):
+# bytes per index at their peak
+INDEX_BYTES = 48
 
 
 def available_bytes() -> int | None:
@@ -36,42 +44,60 @@ def available_bytes() -> int | None:
         return None
 
 
-def planned_bytes(cfg: DataConfig) -> list[tuple[str, int]]:
+def planned_bytes(cfg: Config) -> list[tuple[str, int]]:
     """(fields, bytes) of the allocations that follow from the config alone, before any file is read.
 
-    Synthetic data: N * n_c + n_test examples of prod(shape) float32 values, drawn through a float64
-    temporary and a gathered class mean: 16 bytes per value at the peak. Generated least squares:
-    A [N, m, d] and its temporaries in float64: 16 bytes per value. ``synthetic_fedprox``: ``test_clients``
-    clients of at least max(1, round(test_fraction * 50)) test examples each in the pooled test set, drawn
-    in float64: 16 bytes per value. Every client: ``PER_CLIENT_BYTES``."""
-    n = cfg.num_clients
+    Every client: ``PER_CLIENT_BYTES``. Synthetic data: N * n_c + n_test examples of prod(shape) float32
+    values, drawn through a float64 temporary and a gathered class mean: 16 bytes per value at the peak.
+    Generated least squares: A [N, m, d] and its temporaries in float64: 16 bytes per value. A round's
+    minibatch indices: C clients x K steps x b examples, ``INDEX_BYTES`` each (fixed-steps mode).
+    ``synthetic_fedprox``: ``test_clients`` clients of at least max(1, round(test_fraction * 50)) test
+    examples each in the pooled test set, drawn in float64: 16 bytes per value."""
+    data = cfg.data
+    n = data.num_clients
     plans = [("data.num_clients", n * PER_CLIENT_BYTES)]
-    if cfg.name == "synthetic":
-        sc = cfg.synthetic
+    examples = None  # per client, when the config fixes it
+    if data.name == "synthetic":
+        sc = data.synthetic
+        examples = sc.examples_per_client
         values = (n * sc.examples_per_client + sc.test_examples) * math.prod(sc.shape)
         plans.append(("data.num_clients x data.synthetic.examples_per_client x data.synthetic.shape", 16 * values))
-    elif cfg.name == "least_squares" and cfg.least_squares.file is None:
-        ls = cfg.least_squares
+    elif data.name == "least_squares" and data.least_squares.file is None:
+        ls = data.least_squares
+        examples = ls.rows_per_client
         plans.append(("data.num_clients x data.least_squares.rows_per_client x data.least_squares.dim",
                       16 * n * ls.rows_per_client * ls.dim))
-    elif cfg.name == "synthetic_fedprox":
-        sf = cfg.synthetic_fedprox
+    elif data.name == "synthetic_fedprox":
+        sf = data.synthetic_fedprox
         least = max(1, round(sf.test_fraction * MIN_EXAMPLES))
         plans.append(("data.synthetic_fedprox.test_clients x data.synthetic_fedprox.dim",
                       16 * min(n, sf.test_clients) * least * sf.dim))
+    if cfg.local.epochs is None:
+        if cfg.asynchrony.enabled:
+            cohort, field = cfg.asynchrony.concurrency, "asynchrony.concurrency"
+        elif cfg.participation.pattern == "full":
+            cohort, field = n, "data.num_clients"
+        else:
+            cohort, field = cfg.participation.clients_per_round, "participation.clients_per_round"
+        width = min(cfg.local.batch_size, examples or cfg.local.batch_size)
+        plans.append((f"{field} x local.steps x local.batch_size",
+                      INDEX_BYTES * min(cohort, n) * cfg.local.steps * width))
     return plans
 
 
-def check_memory(cfg: DataConfig, available: int | None = None) -> None:
-    """Raise :class:`ConfigError` (one line, exit status 2) when a planned allocation exceeds the memory
-    available on this node (``available``: bytes, default :func:`available_bytes`)."""
+def check_memory(cfg: Config, available: int | None = None) -> None:
+    """Raise :class:`ConfigError` (one line, exit status 2) when the planned allocations together exceed the
+    memory available on this node (``available``: bytes, default :func:`available_bytes`); the line names
+    the fields of the largest part."""
     available = available_bytes() if available is None else available
     if available is None:
         return
-    for fields, size in planned_bytes(cfg):
-        if size > available:
-            raise ConfigError(f"{fields}: the run would allocate at least {_gib(size)} for them, more than the "
-                              f"{_gib(available)} of memory available on this node; expected smaller sizes")
+    plans = planned_bytes(cfg)
+    total = sum(size for _, size in plans)
+    if total > available:
+        fields, size = max(plans, key=lambda plan: plan[1])
+        raise ConfigError(f"{fields}: the run would allocate at least {_gib(total)} ({_gib(size)} of it for them), "
+                          f"more than the {_gib(available)} of memory available on this node; expected smaller sizes")
 
 
 def _gib(n: int) -> str:

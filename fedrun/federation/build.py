@@ -22,6 +22,7 @@ from torch import Tensor
 
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import Algorithm
+from fedrun.algorithms.contract import CheckedAlgorithm
 from fedrun.config import Config
 from fedrun.data import ON_DEMAND, load_task
 from fedrun.data.builtin import least_squares_x0
@@ -43,7 +44,7 @@ from fedrun.runtime.world import World
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn, loss_for
-from fedrun.training.strategy import applicable_strategies, check_strategy, time_strategies
+from fedrun.training.strategy import applicable_strategies, check_strategy, reproducible_strategy, time_strategies
 
 
 @dataclass
@@ -54,8 +55,9 @@ class Learner:
     random_model: bool  # the forward pass draws random numbers (dropout)
     loss_fn: LossFn
     classification: bool
-    test_x: Tensor  # this rank's shard of the test set
+    test_x: Tensor  # this rank's shard of the test set: whole batches of eval.batch_size
     test_y: Tensor
+    num_test: int  # examples in the whole test set
 
 
 @dataclass
@@ -100,13 +102,14 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     """Construct the run on this rank (collective: every rank calls it)."""
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
     seed = cfg.run.seed
-    check_memory(cfg.data)  # before anything is allocated
+    check_memory(cfg)  # before anything is allocated
     source = _client_data(cfg, seed)
     task = source.task
     num_clients = source.num_clients
     sizes = source.num_examples
     blocks = assign_blocks(sizes, world.size)
-    algorithm = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams)
+    # every rule's result is checked against the declaration, every round (fedrun.algorithms.contract)
+    algorithm = CheckedAlgorithm(get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams), cfg.algorithm.name)
     decl = algorithm.declare()
     if "x" not in decl.down:
         raise ConfigError(f"algorithm.name={cfg.algorithm.name}: the algorithm's downlink must contain 'x'")
@@ -127,13 +130,17 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     block = ClientBlock(source, first, stop, world.device, dtype)
 
     torch.manual_seed(seed)
-    module = build_model(cfg.model.name, task.input_shape, task.num_classes)
+    module = build_model(cfg.model.name, task.input_shape, task.num_classes, cfg.model.settings)
     model = FlatModel(module.to(device=world.device, dtype=dtype))
     x0 = model.initial_vector(dtype, world.device)
     ls_x0 = least_squares_x0(cfg.data)
     if ls_x0 is not None:
         x0 = torch.as_tensor(ls_x0, dtype=dtype, device=world.device)
-    test_rows = np.arange(world.rank, len(task.y_test), world.size)
+    # this rank's share of the test set: whole batches of eval.batch_size (a batch is the same on any number of
+    # ranks, and so is each example's loss: a convolution's output can depend on its batch)
+    batch = cfg.eval.batch_size
+    share = np.array_split(np.arange(-(-len(task.y_test) // batch)), world.size)[world.rank]
+    test_rows = slice(int(share[0]) * batch, (int(share[-1]) + 1) * batch) if len(share) else slice(0, 0)
 
     schedule = make_schedule(cfg, num_clients, dtype, world.device)
     clients = ClientStore((*decl.client, *schedule.held_entries(decl.up)), block.num_clients, x0)
@@ -149,7 +156,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     learner = Learner(model=model, random_model=random_model, loss_fn=loss_fn,
                       classification=task.task == "classification",
                       test_x=_to_device(task.x_test[test_rows], world.device, dtype),
-                      test_y=_to_device(task.y_test[test_rows], world.device, dtype))
+                      test_y=_to_device(task.y_test[test_rows], world.device, dtype), num_test=len(task.y_test))
     setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients,
                   total_examples=float(sizes.sum()), dim=model.dim,
                   placement=Placement(mode, blocks, work, block, world.rank, world.size), learner=learner,
@@ -198,10 +205,13 @@ def _placement(cfg: Config, decl: Declaration, world: World, schedule: type[Sche
 
 def _choose_strategy(cfg: Config, world: World, model: FlatModel, block: ClientBlock, random_model: bool,
                      loss_fn: LossFn, x0: Tensor, cohort: int) -> tuple[str, dict[str, float]]:
-    """``local.strategy``, or for ``auto`` the fastest on rank 0's timing (the same on every rank)."""
+    """``local.strategy``: for ``auto`` the model's neighbour-independent strategy, for ``fastest`` the fastest
+    on rank 0's timing (the same on every rank)."""
     requested = cfg.local.strategy
     check_strategy(requested, model, block, random_model, cfg.model.name)
-    if requested != "auto":
+    if requested == "auto":
+        return reproducible_strategy(model, block), {}
+    if requested != "fastest":
         return requested, {}
     timings: dict[str, float] = {}
     if world.is_root:

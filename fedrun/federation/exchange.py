@@ -1,11 +1,17 @@
 """The one exchange of a step: one reduce of the summed uploads to rank 0, the server rule there, one
 broadcast of the next downlink. Also the policy for non-finite uploads and models.
 
+The summed entries and the training losses are summed exactly (:mod:`fedrun.runtime.exact_sum`): after
+one all-reduce MAX of their exponents, each rank encodes its clients' uploads as integer limbs, which
+the reduce adds exactly (int64), and rank 0 decodes them once; the sums are the same bits whatever the
+number of ranks, the placement and the order of the clients.
+
 Gathered upload entries (``Vector(name, gather=True)``) travel in the same reduce: the uplink buffer of
 a step that consumes n uploads holds an ``[n, d]`` region per gathered entry, one row per consumed
 client in client-id order; every rank writes its own clients' rows into their slots, leaves the others
-zero, and the reduce's sum (x + 0 = x, exactly) assembles the ``[n, d]`` uploads on rank 0, identical
-whatever the number of ranks. This costs a reduce of n x d floats instead of d; a gather of only each
+zero, and the reduce's integer sum of their bits (x + 0 = x) assembles the ``[n, d]`` uploads on rank 0,
+identical whatever the number of ranks. This costs a reduce
+of n x d floats instead of d; a gather of only each
 rank's rows would move less on many ranks, but needs equal-sized pieces (padding to the largest share)
 and a second collective for the summed entries, while the zero-padded reduce keeps ONE collective and
 the summed entries bit-identical to a declaration without gathered ones (bench/gathered.py measures
@@ -14,8 +20,9 @@ step: :func:`check_gathered_memory` compares the worst case with free memory at 
 
 Both flat buffers carry runtime entries after the algorithm's own:
 
-* uplink: the training-loss sum, the number of non-finite uploads, the stop-signal flag, and one slot per
-  rank holding (smallest client id with a non-finite upload) + 1, or 0;
+* uplink (int64: the limbs, then these counts, then the gathered rows' bytes): the training-loss sum
+  (among the limbs), the number of non-finite uploads, the stop-signal flag, and one slot per rank holding
+  (smallest client id with a non-finite upload) + 1, or 0;
 * downlink: what every rank does after this step (continue, stop on a signal, stop on NaN/Inf), how many
   uploads were not finite and the smallest such client id.
 
@@ -35,10 +42,10 @@ from torch import Tensor
 from fedrun.data.sizes import available_bytes
 from fedrun.errors import ConfigError, NumericalError
 from fedrun.protocol import Declaration, Entry, RoundContext, Scalar
+from fedrun.runtime import exact_sum
 from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
 
-_UP_EXTRAS = (("_loss", 1), ("_nonfinite", 1), ("_signal", 1))
 _BAD_CLIENT = "_bad_client"
 _DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 1), ("_bad_client", 1))
 CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
@@ -53,8 +60,8 @@ ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict
 class Uplink:
     """What one rank brings to a step's reduce: its share of the consumed uploads and its flags."""
 
-    sums: dict[str, Tensor] | None = None  # summed kept uploads; gathered entries as [C, d] rows; None: none here
-    loss_sum: Tensor | None = None  # their training losses, summed
+    uploads: dict[str, Tensor] | None = None  # the kept uploads, [C, ...] rows (summed exactly); None: none here
+    losses: Tensor | None = None  # their training losses [C]
     slots: np.ndarray | None = None  # positions of the gathered rows among the step's consumed clients
     nonfinite: int = 0  # consumed uploads of this rank that were not finite
     bad_client: int = -1  # the smallest global id among those (-1: none)
@@ -99,20 +106,13 @@ class Exchange:
         self.gathered = [e.name for e in decl.up if e.name in decl.gathered()]
         self.down_layout = FlatLayout([(e.name, numel(e)) for e in down_entries] + list(_DOWN_EXTRAS))
         self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {n for n, _ in _DOWN_EXTRAS}
-        self._summed = [(e.name, numel(e)) for e in decl.up if e.name not in self.gathered]
-        self._up_extras = [*_UP_EXTRAS, (_BAD_CLIENT, world.size)]
-        self.up_layout = FlatLayout(self._summed + self._up_extras)  # a step's layout without gathered entries
-        self.up_scalars = {e.name for e in decl.up if isinstance(e, Scalar)} | {n for n, _ in _UP_EXTRAS}
+        summed = [(e.name, numel(e)) for e in decl.up if e.name not in self.gathered]
+        self._summed_names = [name for name, _ in summed]
+        self.exact_layout = FlatLayout([*summed, ("_loss", 1)])  # the exactly summed part of the uplink
+        self.up_scalars = {e.name for e in decl.up if isinstance(e, Scalar)} | {"_loss"}
         self.up_floats = decl.floats(decl.up, dim)
         self.down_floats = decl.floats(tuple(down_entries), dim)
         self.down_buf = self.down_layout.empty(dtype, world.device)
-
-    def layout(self, consumed: int) -> FlatLayout:
-        """The uplink layout of a step that consumes ``consumed`` uploads: the summed entries, an
-        ``[consumed, d]`` region per gathered entry, the runtime entries."""
-        if not self.gathered:
-            return self.up_layout
-        return FlatLayout(self._summed + [(name, consumed * self.dim) for name in self.gathered] + self._up_extras)
 
     def publish(self, server: dict[str, Tensor], stop: float = CONTINUE, nonfinite: float = 0.0,
                 bad_client: float = -1.0) -> dict[str, Tensor]:
@@ -142,15 +142,12 @@ class Exchange:
     def step(self, label: str, ctx: RoundContext, uplink: Uplink, server: dict[str, Tensor],
              server_rule: ServerRule) -> Outcome:
         """Steps 4 and 5 of a step (``label`` names it in messages) that consumes ``ctx.num_active``
-        uploads: ONE reduce of every rank's :class:`Uplink` to rank 0, the server rule there under the
-        non-finite policy (:func:`guarded_rule`), ONE broadcast of the next downlink; then every rank
-        stops on a non-finite step (:func:`raise_nonfinite`)."""
-        layout = self.layout(ctx.num_active)
-        up_buf = self._pack(layout, ctx.num_active, uplink)
-        reduce_to_root(self.world, up_buf)
+        uploads: ONE reduce of every rank's :class:`Uplink` to rank 0 (its uploads summed exactly), the
+        server rule there under the non-finite policy (:func:`guarded_rule`), ONE broadcast of the next
+        downlink; then every rank stops on a non-finite step (:func:`raise_nonfinite`)."""
+        totals = self._reduce(ctx.num_active, uplink)
         train_loss = float("nan")
         if self.world.is_root:
-            totals = self._unpack(layout, ctx.num_active, up_buf)
             kept = ctx.num_active - (totals.nonfinite if self.skip_nonfinite else 0)  # |S_t| the rule sees
             train_loss = totals.loss / kept if kept else float("nan")
             server, stop = guarded_rule(server_rule, server, totals, dataclasses.replace(ctx, num_active=kept),
@@ -163,32 +160,43 @@ class Exchange:
         return Outcome(down_next=down_next, stop=float(down["_stop"]), nonfinite=int(down["_nonfinite"]),
                        train_loss=train_loss, server=server)
 
-    def _pack(self, layout: FlatLayout, consumed: int, uplink: Uplink) -> Tensor:
-        """This rank's uplink buffer: its sums (gathered rows in their slots, zeros elsewhere) and flags."""
-        world = self.world
-        up_buf = layout.empty(self.dtype, world.device)
-        if uplink.sums is not None:
-            layout.pack({**uplink.sums, "_loss": uplink.loss_sum, "_nonfinite": torch.tensor(float(uplink.nonfinite)),
-                         "_signal": torch.zeros(()), _BAD_CLIENT: torch.zeros(world.size)}, up_buf, set(self.gathered))
-            index = None if uplink.slots is None else torch.as_tensor(uplink.slots, device=world.device)
-            for name in self.gathered:
-                up_buf[layout.slices[name]].view(consumed, self.dim).index_copy_(0, index, uplink.sums[name])
-            if uplink.nonfinite:
-                up_buf[layout.slices[_BAD_CLIENT].start + world.rank] = float(uplink.bad_client + 1)
-        up_buf[layout.slices["_signal"]] = 1.0 if uplink.stop_requested else 0.0
-        return up_buf
-
-    def _unpack(self, layout: FlatLayout, consumed: int, up_buf: Tensor) -> Totals:
-        """The reduced buffer on rank 0 as :class:`Totals`."""
-        up = layout.unpack(up_buf, self.up_scalars)
-        for name in self.gathered:
-            up[name] = up[name].view(consumed, self.dim)
-        nonfinite = float(up.pop("_nonfinite"))
-        signals = float(up.pop("_signal"))
+    def _reduce(self, n: int, uplink: Uplink) -> Totals | None:
+        """Step 4 for a step that consumes ``n`` uploads: the exact sums (fedrun.runtime.exact_sum) of the
+        summed entries and losses (integer limbs), the runtime counts and the gathered rows (their bits;
+        each row from one rank, the others adding zeros) in ONE int64 reduce, after one MAX of the
+        exponents; the :class:`Totals` on rank 0 (None elsewhere)."""
+        world, device, terms = self.world, self.world.device, max(n, 1)
+        uploads, losses = uplink.uploads, uplink.losses
+        rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
+        rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
+        numel = self.exact_layout.numel
+        empty = torch.zeros(0, numel, dtype=self.dtype, device=device)
+        exps = exact_sum.agree(world, torch.cat([exact_sum.exponents(r) for r in rows or [empty]]), self.dtype)
+        parts, gathered = exact_sum.limbs(self.dtype), len(self.gathered) * n * self.dim
+        words = -(-gathered * torch.empty(0, dtype=self.dtype).element_size() // 8)  # the rows' bytes in int64s
+        buf = torch.zeros(parts * numel + 2 + world.size + words, dtype=torch.int64, device=device)
+        limbs = buf[:parts * numel].view(parts, numel)
+        counts = buf[parts * numel:parts * numel + 2 + world.size]
+        floats = buf[len(buf) - words:].view(self.dtype)[:gathered].view(len(self.gathered), n, self.dim)
+        for sl, r in zip(self.exact_layout.slices.values(), rows, strict=False):  # no rows: no uploads here
+            limbs[:, sl] = exact_sum.encode_sum(r, exps[sl], terms).to(torch.int64)  # integers <= 2^53: exact
+        counts[0], counts[1] = uplink.nonfinite, int(uplink.stop_requested)
+        if uplink.nonfinite:
+            counts[2 + world.rank] = uplink.bad_client + 1
+        if uploads is not None and self.gathered:
+            index = torch.as_tensor(uplink.slots, device=device)
+            for g, name in enumerate(self.gathered):
+                floats[g].index_copy_(0, index, uploads[name])
+        reduce_to_root(world, buf)
+        if not world.is_root:
+            return None
+        up = self.exact_layout.unpack(exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype),
+                                      self.up_scalars)
+        up.update({name: floats[g] for g, name in enumerate(self.gathered)})
         loss = float(up.pop("_loss"))
-        slots = up.pop(_BAD_CLIENT)  # per rank: its smallest bad client id + 1, or 0
-        bad_client = float(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1.0
-        return Totals(up=up, loss=loss, nonfinite=int(nonfinite), bad_client=int(bad_client), signal=signals > 0)
+        slots = counts[2:]  # per rank: its smallest bad client id + 1, or 0
+        bad_client = int(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1
+        return Totals(up=up, loss=loss, nonfinite=int(counts[0]), bad_client=bad_client, signal=bool(counts[1] > 0))
 
 
 # ------------------------------------------------------------------------------------ the non-finite policy
@@ -224,23 +232,23 @@ def raise_nonfinite(label: str, down: dict[str, Tensor], skip: bool) -> None:
     raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
 
 
-def sum_uploads(up: dict[str, Tensor], loss: Tensor, ids: np.ndarray, skip: bool, gathered: list[str] = (),
-                ) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
-    """Sum per-client uploads ``[C, ...]`` (the ``gathered`` entries stay ``[C, d]``) and training losses
-    ``[C]`` of clients ``ids``; the sums, the loss sum and a bool ``[C]`` mask of the clients kept. A client
-    whose upload or training loss is not finite (the loss overflows before the model does: ||A x - b||^2
-    at |x| ~ 1e154 in float64) makes a sum non-finite: only then are single clients looked at; with
-    ``skip`` those are left out of the sums (never with gathered entries: build refuses that combination)."""
-    sums = {name: value if name in gathered else value.sum(dim=0) for name, value in up.items()}
-    loss_sum = loss.sum()
-    kept = np.ones(len(ids), dtype=bool)
-    if not all(bool(torch.isfinite(value).all()) for value in (*sums.values(), loss_sum)):
-        finite = torch.stack([torch.isfinite(v.reshape(len(ids), -1)).all(dim=1) for v in (*up.values(), loss)])
-        finite = finite.all(dim=0)
-        kept = finite.cpu().numpy()
-        if skip:
-            return {name: value[finite].sum(dim=0) for name, value in up.items()}, loss[finite].sum(), kept
-    return sums, loss_sum, kept
+def finite_uploads(up: dict[str, Tensor], loss: Tensor, skip: bool) -> tuple[dict[str, Tensor], Tensor, np.ndarray]:
+    """The per-client uploads ``[C, ...]`` and training losses ``[C]`` that go into the step's exact sums, and a
+    bool ``[C]`` mask of the clients kept. A client whose upload or training loss is not finite (the loss
+    overflows before the model does: ||A x - b||^2 at |x| ~ 1e154 in float64) makes a float sum non-finite:
+    only then are single clients looked at; with ``skip`` those are left out, otherwise their rows are
+    zeroed (the run stops after the exchange, which every rank still joins), so that the exact sum only
+    ever sees finite values."""
+    kept = np.ones(len(loss), dtype=bool)
+    if all(bool(torch.isfinite(value.sum())) for value in (*up.values(), loss)):
+        return up, loss, kept
+    finite = torch.stack([torch.isfinite(v.reshape(len(loss), -1)).all(dim=1) for v in (*up.values(), loss)])
+    finite = finite.all(dim=0)
+    kept = finite.cpu().numpy()
+    if skip:
+        return {name: value[finite] for name, value in up.items()}, loss[finite], kept
+    zero = lambda v: torch.where(finite.view(-1, *([1] * (v.dim() - 1))), v, 0)  # noqa: E731
+    return {name: zero(value) for name, value in up.items()}, zero(loss), kept
 
 
 def check_gathered_memory(gathered: int, worst: int, dim: int, dtype: torch.dtype, world: World, field: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from fedrun.checkpoint import list_checkpoints
+from fedrun.checkpoint.files import remove_stale_temporaries
 from fedrun.config import Config
 from fedrun.errors import CheckpointError, ConfigError, RunInterrupted, on_every_rank, writing
 from fedrun.federation import resume as resume_policy
@@ -30,24 +32,40 @@ from fedrun.federation.build import RunState, Setup, build
 from fedrun.federation.exchange import STOP_SIGNAL
 from fedrun.federation.rounds import CLIENT_ARRAYS, run_round
 from fedrun.metrics.log import MetricsLog, Progress
+from fedrun.metrics.mlflow import MlflowLog
 from fedrun.metrics.per_client import ClientMetricsFile
 from fedrun.metrics.tensorboard import TensorBoardLog
 from fedrun.runtime.provenance import provenance
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World
+from fedrun.training.flat_model import module_at
+
+RoundCallback = Callable[[dict[str, Any]], Any]  # a round's record -> true to stop the run
 
 
 @dataclass
 class RunResult:
+    """What :func:`train` (and ``fedrun.run``) returns on every rank."""
+
     x: np.ndarray  # final global model, flat, in the model's parameter order
     metrics: list[dict[str, Any]] = field(default_factory=list)  # per-round records (rank 0)
     config: Config | None = None
     rank: int = 0
+    rounds_run: int = 0  # rounds this call ran (0: the run had finished before; nothing was written)
+    stopped: bool = False  # the per-round callback stopped the run before run.rounds (it is resumable)
+    module: torch.nn.Module | None = field(default=None, repr=False)  # the model's module (layout of x)
+
+    def model(self) -> torch.nn.Module:
+        """The trained model as a ``torch.nn.Module`` in eval mode: a copy of the run's module with parameters
+        ``x`` (buffers, such as batch-norm running statistics, are this rank's)."""
+        if self.module is None:
+            raise ValueError("this RunResult holds no model module")
+        return module_at(self.module, torch.as_tensor(self.x)).eval()
 
 
 def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True,
           resume: str | None = None, signals: StopSignals | None = None,
-          accept_changes: tuple[str, ...] = ()) -> RunResult:
+          accept_changes: tuple[str, ...] = (), callback: RoundCallback | None = None) -> RunResult:
     """Run rounds ``start .. cfg.run.rounds - 1`` and return the final model and metrics.
 
     With a run directory, a checkpoint is written every ``checkpoint.every`` rounds, at the end, and
@@ -55,17 +73,17 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     ``resume``: ``"auto"`` (newest valid checkpoint of the run directory, if any) or a file path.
     ``signals``: stop-signal handlers installed by the caller (else installed for the rounds only).
     A resumed run may change only the settings :mod:`fedrun.federation.resume` accepts, and those in
-    ``accept_changes``.
+    ``accept_changes``. ``callback(record)`` is called on rank 0 after every round with the round's
+    metrics record; a true return value stops the run there (after a checkpoint, when there is a run
+    directory; the result then has ``stopped``). A resumed run that has done ``cfg.run.rounds`` already
+    says so and returns its final model, writing nothing.
     """
     torch.set_num_threads(cfg.run.threads)
     # nothing in the run directory changes before the inputs are checked: a run that is refused, or that
     # fails to load its data or checkpoint, leaves an earlier run's files as they were
-    if resume is None and run_dir is not None and list_checkpoints(run_dir):
-        raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
-                          "--resume auto or choose another run.dir")
-    path, changes = None, []
-    if resume is not None:
-        path, changes = resume_point(cfg, world, run_dir, resume, accept_changes)
+    path, changes = start_point(cfg, world, run_dir, resume, accept_changes)
+    if world.is_root and progress and resume == "auto" and path is None:
+        print(f"fedrun: no checkpoint in {run_dir}; starting a fresh run", flush=True)
     setup, state = build(cfg, world, run_dir)
     metrics = MetricsLog(run_dir if world.is_root else None)
     resume_s, resumed = None, None
@@ -74,8 +92,16 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
         snapshot.restore(setup, state, path)
         resumed = state.next_round
         resume_s = time.perf_counter() - started
+        if state.next_round == cfg.run.rounds:  # a finished run: say so, write nothing
+            if world.is_root:
+                print(f"fedrun: {run_dir or path} finished all {cfg.run.rounds} rounds already{_final(state.metrics)}; "
+                      "nothing to run (raise run.rounds to continue it, or choose another run.dir)", flush=True)
+            return _result(setup, state, cfg, rounds_run=0)
         if world.is_root and progress:
             print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
+    # an unreachable tracking URI is bad input: refused before anything is written, on every rank
+    tracker = decided_by_root(world, lambda: MlflowLog(run_dir if cfg.metrics.mlflow else None, cfg.metrics,
+                                                       cfg.run.name, resume_policy.flatten(cfg.to_dict())))
     if run_dir is not None and world.is_root:
         if path is not None:
             metrics.sync(state.metrics)
@@ -91,57 +117,111 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     clients = ClientMetricsFile(root_dir, setup.client_eval.ids, setup.client_eval.counts,
                                 resumed) if setup.client_eval else None
     board = TensorBoardLog(root_dir if cfg.metrics.tensorboard else None, state.next_round + 1)
+    if tracker is not None:
+        tracker.log_provenance(runtime.data["provenance"], resume_policy.flatten(runtime.data["provenance"]))
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
         print(f"fedrun: local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
     bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
     every = cfg.checkpoint.every
+    halted, first = False, state.next_round
     with signals or StopSignals() as signals:
-        for t in range(state.next_round, cfg.run.rounds):
-            entry = run_round(setup, state, t, stop_requested=signals.requested)
-            arrays = entry.pop(CLIENT_ARRAYS, None)
-            if world.is_root:
-                state.metrics.append(entry)
-                metrics.sync(state.metrics)
-                if clients is not None and arrays:
-                    clients.append(entry["round"], arrays)
-                board.write(entry, arrays)
-                if bar is not None:
-                    bar.update(entry)
-            stop = setup.exchange.stop_code() == STOP_SIGNAL
-            last = t + 1 == cfg.run.rounds
-            if run_dir is not None and (stop or last or (every > 0 and (t + 1) % every == 0)):
-                started = time.perf_counter()
-                path = snapshot.save(setup, state)
-                runtime.checkpoint_written(t + 1, path, time.perf_counter() - started)
-                if stop:
-                    raise RunInterrupted(f"stopped by a signal after round {t + 1}; checkpoint {path}; "
-                                         "resume with --resume auto")
+        try:
+            for t in range(state.next_round, cfg.run.rounds):
+                entry = run_round(setup, state, t, stop_requested=signals.requested)
+                arrays = entry.pop(CLIENT_ARRAYS, None)
+                if world.is_root:
+                    state.metrics.append(entry)
+                    metrics.sync(state.metrics)
+                    if clients is not None and arrays:
+                        clients.append(entry["round"], arrays)
+                    board.write(entry, arrays)
+                    if tracker is not None:
+                        tracker.write(entry, arrays)
+                    if bar is not None:
+                        bar.update(entry)
+                if callback is not None:  # rank 0 asks it, every rank learns the answer
+                    halted = world.broadcast_object(bool(callback(dict(entry))) if world.is_root else None)
+                stop = setup.exchange.stop_code() == STOP_SIGNAL
+                last = t + 1 == cfg.run.rounds
+                if run_dir is not None and (stop or halted or last or (every > 0 and (t + 1) % every == 0)):
+                    started = time.perf_counter()
+                    path = snapshot.save(setup, state)
+                    runtime.checkpoint_written(t + 1, path, time.perf_counter() - started)
+                    if stop:
+                        raise RunInterrupted(f"stopped by a signal after round {t + 1}; checkpoint {path}; "
+                                             "resume with --resume auto")
+                if halted:
+                    break
+        except KeyboardInterrupt:  # Ctrl-C twice: no new checkpoint, and no half-written one left behind
+            if run_dir is not None and world.is_root:
+                remove_stale_temporaries(run_dir)
+            raise
+        finally:
+            if tracker is not None:
+                tracker.close(finished=state.next_round == cfg.run.rounds)
     board.close()
     runtime.finish()
+    return _result(setup, state, cfg, rounds_run=state.next_round - first,
+                   stopped=state.next_round < cfg.run.rounds)  # by the callback
+
+
+def _result(setup: Setup, state: RunState, cfg: Config, rounds_run: int, stopped: bool = False) -> RunResult:
     x = setup.exchange.global_model().detach().cpu().numpy().copy()
-    return RunResult(x=x, metrics=state.metrics if world.is_root else [], config=cfg, rank=world.rank)
+    return RunResult(x=x, metrics=state.metrics if setup.world.is_root else [], config=cfg, rank=setup.world.rank,
+                     rounds_run=rounds_run, stopped=stopped, module=setup.learner.model.module)
 
 
-def resume_point(cfg: Config, world: World, run_dir: Path | None, resume: str, accept_changes: tuple[str, ...],
-                 ) -> tuple[Path | None, list[resume_policy.Change]]:
-    """The checkpoint to resume from and the setting changes the resume policy accepts (rank 0's list).
+def _final(metrics: list[dict[str, Any]]) -> str:
+    """`` (test accuracy 91.20%)`` from the newest evaluated record, or nothing."""
+    for entry in reversed(metrics):
+        if "test_accuracy" in entry:
+            return f" (test accuracy {100 * entry['test_accuracy']:.2f}%)"
+    return ""
 
-    Rank 0 decides and every rank learns the outcome, so that a refused checkpoint or setting is one line
-    (reported once) and every rank leaves together."""
-    found, changes, failure = None, [], None
+
+def start_point(cfg: Config, world: World, run_dir: Path | None, resume: str | None,
+                accept_changes: tuple[str, ...]) -> tuple[Path | None, list[resume_policy.Change]]:
+    """The checkpoint to resume from (None: a fresh run) and the setting changes the resume policy accepts
+    (rank 0's list; decided by rank 0, :func:`decided_by_root`).
+
+    A fresh run refuses a run directory that holds checkpoints; a resume refuses ``run.rounds`` below the
+    rounds its checkpoint has done, and the changes the policy refuses."""
+
+    def decide() -> tuple[Path | None, list[resume_policy.Change]]:
+        if resume is None:
+            if run_dir is not None and list_checkpoints(run_dir):
+                raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
+                                  "--resume auto or choose another run.dir")
+            return None, []
+        found = snapshot.locate(run_dir, resume)
+        if found is None:
+            return None, []
+        done = snapshot.rounds_done(found)
+        if cfg.run.rounds < done:
+            raise ConfigError(f"run.rounds: expected an integer >= {done} (checkpoint {found.name} has done "
+                              f"{done} rounds; a resumed run cannot be shorter), got {cfg.run.rounds}")
+        return found, resume_policy.check(snapshot.saved_config(found), cfg.to_dict(), accept_changes, found.name)
+
+    decided = decided_by_root(world, decide)
+    found = world.broadcast_object(decided[0] if world.is_root else None)
+    return found, decided[1] if world.is_root else []
+
+
+def decided_by_root(world: World, decide: Callable[[], Any]) -> Any:
+    """``decide()`` on rank 0 (None elsewhere). A :class:`ConfigError` or :class:`CheckpointError` it raises is
+    raised on every rank after a broadcast, so that a refusal is one line (reported once) and every rank
+    leaves together."""
+    value, failure = None, None
     if world.is_root:
         try:
-            found = snapshot.locate(run_dir, resume)
-            if found is not None:
-                changes = resume_policy.check(snapshot.saved_config(found), cfg.to_dict(), accept_changes,
-                                              found.name)
+            value = decide()
         except (ConfigError, CheckpointError) as exc:
             failure = (type(exc), str(exc))
-    found, failure = world.broadcast_object((found, failure))
+    failure = world.broadcast_object(failure)
     if failure is not None:
         raise on_every_rank(failure[0](failure[1]))
-    return found, changes
+    return value
 
 
 class RuntimeLog:

@@ -80,8 +80,9 @@ def format_description(stats: dict[str, Any] | Sequence[dict[str, Any]]) -> str:
 
 def save_participation_png(participation: Participation, rounds: int, path: str | Path,
                            window: tuple[int, int] | None = None) -> Path:
-    """Draw who participated when: a clients x rounds raster over ``window`` = [start, stop) rounds
-    (default the first min(rounds, 200)), with the cohort size underneath. Matplotlib Agg, no pyplot."""
+    """Draw who participated when: a clients x rounds raster over ``window`` = [start, stop) 0-based round
+    indices (default the first min(rounds, 200)), labelled as rounds start + 1 .. stop (rounds count from 1
+    in every output), with the cohort size underneath. Matplotlib Agg, no pyplot."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -98,13 +99,13 @@ def save_participation_png(participation: Participation, rounds: int, path: str 
     FigureCanvasAgg(fig)
     grid = fig.add_gridspec(2, 1, height_ratios=[4, 1], hspace=0.08)
     ax = fig.add_subplot(grid[0])
-    extent = (start - 0.5, stop - 0.5, p.num_clients - 0.5, -0.5)
+    extent = (start + 0.5, stop + 0.5, p.num_clients - 0.5, -0.5)  # round r = t + 1 counts from 1
     ax.imshow(masks.T, aspect="auto", interpolation="nearest", cmap="Greys", extent=extent, vmin=0, vmax=1)
     ax.set_ylabel("client")
-    ax.set_title(f"participation: {p.name} (N={p.num_clients}, rounds {start}..{stop - 1})")
+    ax.set_title(f"participation: {p.name} (N={p.num_clients}, rounds {start + 1}..{stop})")
     ax.tick_params(labelbottom=False)
     size_ax = fig.add_subplot(grid[1], sharex=ax)
-    size_ax.step(np.arange(start, stop), masks.sum(axis=1), where="mid", color="black", linewidth=0.8)
+    size_ax.step(np.arange(start + 1, stop + 1), masks.sum(axis=1), where="mid", color="black", linewidth=0.8)
     size_ax.set_xlabel("round")
     size_ax.set_ylabel("|S_t|")
     size_ax.set_ylim(0, max(int(masks.sum(axis=1).max()), 1) * 1.15)

@@ -30,7 +30,7 @@ CHANGEABLE = (
     "run.name", "run.dir", "run.rounds", "run.device", "run.threads", "run.timeout_s", "run.log_every",
     "run.placement",  # which rank trains whom: the order of float sums, as a different number of ranks
     "local.strategy",  # a resumed run keeps its checkpoint's strategy (docs/engine.md)
-    "eval.", "checkpoint.",
+    "eval.", "checkpoint.", "metrics.",
 )
 _ABSENT = "<absent>"
 

@@ -25,12 +25,13 @@ from torch import Tensor
 
 from fedrun.config import Config
 from fedrun.federation.build import RunState, Setup
-from fedrun.federation.exchange import Uplink, sum_uploads
+from fedrun.federation.exchange import Uplink, finite_uploads
 from fedrun.federation.schedule import Step
+from fedrun.metrics.fingerprint import fingerprint
 from fedrun.metrics.per_client import summary
 from fedrun.protocol import Clients, LocalResult, RoundContext
-from fedrun.runtime.flat import all_reduce_sum
-from fedrun.training.evaluate import evaluate_shard
+from fedrun.runtime.exact_sum import all_reduce_exact_sum
+from fedrun.training.evaluate import evaluate_examples
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.schedule import local_lr
@@ -57,7 +58,7 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
         up, loss, new_state = train_clients(setup, state, rows, start, down, t, train_ctx, fresh)
         schedule.hold(state.clients, rows_index(setup, rows), {**up, "loss": loss})
         trained.append((rows, new_state))
-    # 4. this rank's consumed uploads, released by the schedule and summed; the trained clients' new state
+    # 4. this rank's consumed uploads, released by the schedule (summed exactly in 5); the trained clients' new state
     skip = cfg.run.skip_nonfinite_clients
     consumed = placement.local_rows(step.consume)
     uplink, kept = consume(setup, state, step, consumed, stop_requested)
@@ -93,6 +94,8 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
         if setup.client_eval is not None:
             entry.update(evaluate_clients(setup, state, outcome.down_next["x"], t))
     account(setup, state, entry, ctx.num_active, len(step.start) - dropped)
+    if world.is_root:  # the server state's exact bits (x among them), for fedrun compare
+        entry["fingerprint"] = fingerprint(state.server, "server/")
     entry["wall_s"] = time.perf_counter() - wall
     state.next_round = t + 1
     return entry
@@ -111,18 +114,17 @@ def context(setup: Setup, t: int, lr: float, num_active: int, staleness: np.ndar
 def consume(setup: Setup, state: RunState, step: Step, consumed: np.ndarray, stop_requested: bool,
             ) -> tuple[Uplink, np.ndarray]:
     """This rank's part of the step's reduce: the uploads of its consumed clients (block rows ``consumed``),
-    released by the schedule and summed (without the non-finite ones under ``run.skip_nonfinite_clients``),
-    and a bool mask of the clients whose upload was finite."""
+    released by the schedule, to be summed exactly by the exchange (without the non-finite ones under
+    ``run.skip_nonfinite_clients``, zeroed otherwise), and a bool mask of the clients whose upload was finite."""
     first = setup.placement.first
     if not len(consumed):
         return Uplink(stop_requested=stop_requested), np.ones(0, dtype=bool)
     up = state.schedule.release(state.clients, rows_index(setup, consumed))
     loss = up.pop("loss")
-    sums, loss_sum, kept = sum_uploads(up, loss, consumed, setup.cfg.run.skip_nonfinite_clients,
-                                       setup.exchange.gathered)
+    uploads, losses, kept = finite_uploads(up, loss, setup.cfg.run.skip_nonfinite_clients)
     bad = consumed[~kept] + first
     slots = np.searchsorted(step.consume, consumed + first)  # rows of gathered uploads, client-id order
-    return Uplink(sums, loss_sum, slots, nonfinite=len(bad), bad_client=int(bad.min()) if len(bad) else -1,
+    return Uplink(uploads, losses, slots, nonfinite=len(bad), bad_client=int(bad.min()) if len(bad) else -1,
                   stop_requested=stop_requested), kept
 
 
@@ -197,12 +199,13 @@ def eval_due(cfg: Config, t: int) -> bool:
 
 
 def evaluate(setup: Setup, x: Tensor) -> dict[str, float]:
-    """Test loss (and accuracy) of model ``x`` on the pooled test set, each rank evaluating its shard."""
+    """Test loss (and accuracy) of model ``x`` on the pooled test set, each rank evaluating its shard; the
+    per-example losses and hits are summed exactly (the same bits on any number of ranks)."""
     learner = setup.learner
-    sums = evaluate_shard(learner.model, learner.loss_fn, x, learner.test_x, learner.test_y,
-                          setup.cfg.eval.batch_size, learner.classification)
-    all_reduce_sum(setup.world, sums)
-    loss, correct, count = (float(v) for v in sums)
+    examples = evaluate_examples(learner.model, learner.loss_fn, x, learner.test_x, learner.test_y,
+                                 setup.cfg.eval.batch_size, learner.classification)
+    count = learner.num_test
+    loss, correct = (float(v) for v in all_reduce_exact_sum(setup.world, examples, max(count, 1)))
     out = {"test_loss": loss / count}
     if learner.classification:
         out["test_accuracy"] = correct / count

@@ -149,6 +149,12 @@ def locate(run_dir: Path | None, resume: str) -> Path | None:
                              check=check_layout)
 
 
+def rounds_done(path: Path) -> int:
+    """The rounds a checkpoint has done (its ``meta/round``: the next round's 0-based index)."""
+    with CheckpointReader(path) as ckpt:
+        return int(ckpt.meta["round"])
+
+
 def saved_config(path: Path) -> dict[str, Any]:
     """The resolved config a checkpoint was written with (``meta/config``), as a dict."""
     with CheckpointReader(path) as ckpt:

@@ -1,14 +1,17 @@
 """Model registry: ``build_model(name, input_shape, num_classes)``; ``model.name`` may also be
-``package.module:factory``, a ``(input_shape, num_classes) -> torch.nn.Module`` outside fedrun."""
+``package.module:factory``, a ``(input_shape, num_classes) -> torch.nn.Module`` outside fedrun, or, when
+the factory has a ``Settings`` dataclass attribute, ``(input_shape, num_classes, settings) -> nn.Module``
+(the settings are the ``model`` section's other keys, docs/extending.md)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from torch import nn
 
-from fedrun.errors import ConfigError
+from fedrun.errors import ConfigError, brief
 from fedrun.models.cnn import MnistCNN, cifar10_cnn, svhn_cnn
 from fedrun.models.leaf import CharLSTM, FemnistCNN
 from fedrun.models.linear import LinearNoBias, Logistic
@@ -34,17 +37,22 @@ MODELS: dict[str, ModelFactory] = {
 }
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """Instantiate model ``name`` for inputs of ``input_shape`` (without the batch dimension)."""
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, settings: Any = None) -> nn.Module:
+    """Instantiate model ``name`` for inputs of ``input_shape`` (without the batch dimension); ``settings``:
+    a plugin's ``Settings`` instance (``cfg.model.settings``; default: its defaults)."""
     if is_import_path(name):
         contract = "a factory (input_shape, num_classes) -> torch.nn.Module"
         factory = load(name, "model.name", contract, callable)
-        module = call("model.name", name, contract, factory, tuple(input_shape), num_classes)
+        args: tuple[Any, ...] = (tuple(input_shape), num_classes)
+        if getattr(factory, "Settings", None) is not None:
+            contract = "a factory (input_shape, num_classes, settings) -> torch.nn.Module"
+            args = (*args, settings if settings is not None else factory.Settings())
+        module = call("model.name", name, contract, factory, *args)
         if not isinstance(module, nn.Module):
             raise ConfigError(f"model.name: {name} returned {type(module).__name__}; expected a torch.nn.Module")
         return module
     if name not in MODELS:
-        raise ConfigError(f"model.name: expected one of {', '.join(sorted(MODELS))}, got {name!r}")
+        raise ConfigError(f"model.name: expected one of {', '.join(sorted(MODELS))}, got {brief(name)}")
     return MODELS[name](tuple(input_shape), num_classes)
 
 

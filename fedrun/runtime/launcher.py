@@ -10,7 +10,7 @@ import os
 import zlib
 from typing import Any
 
-from fedrun.errors import LaunchError
+from fedrun.errors import LaunchError, brief
 
 
 def int_env(name: str) -> int | None:
@@ -21,7 +21,7 @@ def int_env(name: str) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise LaunchError(f"environment variable {name}={value!r}: expected an integer") from None
+        raise LaunchError(f"environment variable {name}={brief(value)}: expected an integer") from None
 
 
 # set for every rank by the MPI process managers fedrun meets: Slurm's pmi2 and pmix plugins, MPICH's

@@ -1,29 +1,55 @@
-"""SIGTERM / SIGUSR1 (what Slurm sends before a time limit or on preemption) as a stop request.
+"""SIGTERM / SIGUSR1 (what Slurm sends before a time limit or on preemption) and SIGINT (Ctrl-C) as a stop
+request.
 
 The handler only sets a flag. The round loop carries every rank's flag to rank 0 inside the round's
 reduce and the decision back inside the broadcast, so all ranks finish the same round, write one
-checkpoint together and exit with status 75 (fedrun.errors.EXIT_REQUEUE).
+checkpoint together and exit with status 75 (fedrun.errors.EXIT_REQUEUE), whichever of the signals
+arrived. A second SIGINT means "stop now": it raises :class:`KeyboardInterrupt` where the rank is
+(no new checkpoint; the caller removes a half-written one; exit status 130). It must come at least
+:data:`SECOND_CTRL_C_S` after the first: one Ctrl-C at a terminal reaches a rank twice under mpiexec (from
+the terminal, to the whole process group, and forwarded by mpiexec).
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
+import time
 from types import FrameType
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+SECOND_CTRL_C_S = 0.5  # a SIGINT this soon after the first is the same Ctrl-C delivered twice
 
 
 class StopSignals:
-    """Context manager: ``requested`` becomes True once a stop signal arrives."""
+    """Context manager: ``requested`` becomes True once a stop signal arrives; a second SIGINT raises
+    :class:`KeyboardInterrupt`. With ``announce`` (rank 0 of a command line run) the first SIGINT is
+    acknowledged at once on stdout, so that a user at the terminal knows the round is being finished."""
 
-    def __init__(self) -> None:
+    def __init__(self, announce: bool = False) -> None:
+        self.announce = announce
         self.requested = False
         self.signal_name = ""
+        self._first_sigint: float | None = None  # time.monotonic() of the first SIGINT
         self._previous: dict[int, object] = {}
         self._depth = 0  # re-entrant: the CLI installs the handlers early, the round loop enters again
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            now = time.monotonic()
+            if self._first_sigint is not None:
+                if now - self._first_sigint >= SECOND_CTRL_C_S:
+                    raise KeyboardInterrupt  # Ctrl-C twice: stop at once
+                return  # the first Ctrl-C, delivered again
+            self._first_sigint = now
+            if self.announce:
+                try:  # a raw write: the handler may interrupt a print of the progress line
+                    os.write(sys.stdout.fileno(), b"fedrun: Ctrl-C: finishing this round, then a checkpoint "
+                                                  b"(Ctrl-C again stops at once)\n")
+                except (OSError, ValueError):
+                    pass
         self.requested = True
         self.signal_name = signal.Signals(signum).name
 

@@ -21,13 +21,15 @@ import datetime
 import os
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from fedrun.errors import LaunchError
+from fedrun.errors import LaunchError, RunFailure, one_line, report
 from fedrun.runtime.launcher import int_env, mpi_comm, mpi_launched, split_type_shared, torchrun_env
 from fedrun.runtime.network import choose_interface, ifname_of, is_loopback_name, loopback
 from fedrun.runtime.rendezvous import exchange_peers, listen_address, master_store, rendezvous
@@ -119,7 +121,8 @@ def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
     """Discover rank/size from the launcher and initialise torch.distributed when size > 1."""
     torchrun = torchrun_env()
     if torchrun is not None:  # before MPI: torchrun's workers are not MPI ranks (mpi4py is not imported)
-        return _init_torchrun(torchrun, device, timeout_s)
+        with _rendezvous_guard(torchrun["rank"], timeout_s, None):
+            return _init_torchrun(torchrun, device, timeout_s)
     slurm_ntasks = int_env("SLURM_NTASKS") if "SLURM_STEP_ID" in os.environ else None
     # srun without an MPI plugin (launch/srun.sh's default): Slurm gives the ranks, and mpi4py is not
     # imported, so no MPI library starts (an MPI singleton per task would only cost start-up time)
@@ -147,9 +150,32 @@ def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
     if size == 1:
         return World(rank=0, size=1, local_rank=0, device=dev, backend="none", comm=comm)
     backend = "nccl" if dev.type == "cuda" else "gloo"
-    store, network = rendezvous(comm, rank, size, timeout_s)
-    return _init_group(World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend,
-                             comm=comm, store=store, launcher=launcher, network=network), store, timeout_s)
+    with _rendezvous_guard(rank, timeout_s, comm):
+        store, network = rendezvous(comm, rank, size, timeout_s)
+        return _init_group(World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend,
+                                 comm=comm, store=store, launcher=launcher, network=network), store, timeout_s)
+
+
+@contextmanager
+def _rendezvous_guard(rank: int, timeout_s: float, comm: Any) -> Iterator[None]:
+    """A rendezvous that fails (a peer that never connects within ``run.timeout_s``, a refused connection)
+    ends this rank with one line naming it, never a traceback; under MPI it ends the whole job at once
+    (``MPI_Abort``: a peer waiting in an MPI call has no timeout), elsewhere every rank meets its own
+    timeout and says so."""
+    try:
+        yield
+    except (LaunchError, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever torch.distributed raises (DistNetworkError, timeouts)
+        report(f"fedrun[rank {rank}]: error: the rendezvous of the ranks failed within run.timeout_s="
+               f"{timeout_s:g} s: {one_line(exc)}")
+        if comm is not None and comm.Get_size() > 1:
+            sys.stderr.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # MPICH's own "Abort(1) on node ..." line
+            comm.Abort(1)
+        failure = RunFailure(f"rendezvous failed: {one_line(exc)}")
+        failure.reported = True  # type: ignore[attr-defined]
+        raise failure from None
 
 
 def _init_group(world: World, store: Any, timeout_s: float) -> World:

@@ -17,7 +17,8 @@ start-up excluded), not the last round's. Writes to SWEEP_DIR (or --out):
   one line per configuration (the seed mean, with a band of ± one std over seeds);
 * ``clients.png`` when the runs evaluated per client (docs/evaluation.md): a histogram of the per-client
   test accuracy at the last evaluation (from each run's ``clients.h5``, seeds pooled), and the mean and
-  worst-10% client accuracy against rounds.
+  worst-10% client accuracy against rounds; with ``eval.finetune_steps`` > 0 the same for the fine-tuned
+  (personalized) models, dotted, and their ``finetuned_accuracy_*`` columns in the table.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 
 METRICS = ("train_loss", "test_accuracy", "test_loss", "client_accuracy_mean", "client_accuracy_worst10",
+           "finetuned_accuracy_mean", "finetuned_accuracy_worst10",
            "uplink_total", "downlink_total", "run_s", "round")
 
 
@@ -273,39 +275,47 @@ def plot_curves(runs: list[RunRecord], seed_key: str, out: Path) -> list[Path]:
     return written
 
 
-def last_client_accuracy(run: RunRecord) -> list[float]:
-    """Per-client test accuracy of the run's last evaluation (its clients.h5; [] without one)."""
+def last_client_accuracy(run: RunRecord, name: str = "accuracy") -> list[float]:
+    """Per-client test accuracy (``name``: ``accuracy`` of the global model, ``finetuned_accuracy`` after
+    fine-tuning) at the run's last evaluation (its clients.h5; [] without one)."""
     path = run.dir / "clients.h5"
     if not path.is_file():
         return []
     import h5py
 
     with h5py.File(path, "r") as f:
-        if "accuracy" not in f or not f["accuracy"].shape[0]:
+        if name not in f or not f[name].shape[0]:
             return []
-        values = f["accuracy"][-1]
+        values = f[name][-1]
     return [float(v) for v in values if math.isfinite(v)]
+
+
+# (clients.h5 array, record prefix, what the legend calls it, histogram and curve styles)
+_CLIENT_MODELS = (("accuracy", "client", "global", "solid", ("-", "--")),
+                  ("finetuned_accuracy", "finetuned", "fine-tuned", "dotted", (":", "-.")))
 
 
 def plot_clients(groups: dict[str, list[RunRecord]], out: Path) -> Path:
     """``clients.png``: per-client accuracy histogram at the last evaluation, and the mean and worst-10%
-    client accuracy against rounds, one colour per configuration."""
+    client accuracy against rounds, one colour per configuration; the fine-tuned (personalized) models'
+    figures too where the runs have them."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     fig, (hist, curves) = plt.subplots(1, 2, figsize=(11, 4))
     for label, members in groups.items():
-        values = [v for m in members for v in last_client_accuracy(m)]
         color = None
-        if values:
-            _, _, patches = hist.hist(values, bins=20, range=(0, 1), histtype="step", linewidth=1.5, label=label)
-            color = patches[0].get_edgecolor()
-        for key, style, name in (("client_accuracy_mean", "-", "mean"), ("client_accuracy_worst10", "--",
-                                                                          "worst 10%")):
-            xs, ys, _ = _curve(members, "round", key)
-            if xs:
-                (line,) = curves.plot(xs, ys, style, color=color, label=f"{label}: {name}")
-                color = line.get_color()
+        for array, prefix, model, hist_style, (mean_style, worst_style) in _CLIENT_MODELS:
+            values = [v for m in members for v in last_client_accuracy(m, array)]
+            if values:
+                _, _, patches = hist.hist(values, bins=20, range=(0, 1), histtype="step", linewidth=1.5,
+                                          linestyle=hist_style, color=color, label=f"{label}: {model}")
+                color = patches[0].get_edgecolor()
+            for stat, style, name in (("mean", mean_style, "mean"), ("worst10", worst_style, "worst 10%")):
+                xs, ys, _ = _curve(members, "round", f"{prefix}_accuracy_{stat}")
+                if xs:
+                    (line,) = curves.plot(xs, ys, style, color=color, label=f"{label}: {model} {name}")
+                    color = line.get_color()
     hist.set_title("per-client test accuracy at the last evaluation")
     hist.set_xlabel("client test accuracy")
     hist.set_ylabel("clients (seeds pooled)")
@@ -341,8 +351,13 @@ def make_report(root: str | Path, out: str | Path | None = None) -> dict[str, An
 
 
 def report_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fedrun report", description="Tables and curves of a sweep.")
-    parser.add_argument("sweep_dir")
+    parser = argparse.ArgumentParser(
+        prog="fedrun report", description="Tables (summary.csv, summary.md) and plots (curves_*.png, clients.png) of "
+        "a sweep or of one run: final metrics as mean +- std over seeds, learning curves against rounds and "
+        "communicated floats, per-client and fine-tuned (personalized) accuracy where the runs have them.")
+    parser.add_argument("sweep_dir", metavar="SWEEP_DIR|RUN_DIR",
+                        help="a sweep directory (the sweep file's root, with sweep.json or run subdirectories) or "
+                             "one run directory (with a metrics.jsonl)")
     parser.add_argument("--out", default=None, help="where to write (default: the sweep directory)")
     args = parser.parse_args(argv)
     try:

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedrun.errors import SweepError
+from fedrun.config_yaml import YAMLError, parse_yaml
+from fedrun.errors import ConfigError, SweepError, brief
 
 
 @dataclass
@@ -144,10 +143,12 @@ def load_sweep(path: str | Path, root: str | Path | None = None) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
         raise SweepError(f"{path}: sweep file not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise SweepError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    try:  # YAML 1.2, bounded, duplicate keys refused: as a config file (fedrun.config_yaml)
+        data = parse_yaml(path.read_text()) or {}
+    except YAMLError as exc:
+        raise SweepError(f"{path}: not valid YAML ({brief(str(exc).strip().splitlines()[0])[1:-1]})") from None
+    except ConfigError as exc:
+        raise SweepError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise SweepError(f"{path}: expected a mapping at the top level")
     allowed = {"name", "root", "base", "config", "grid", "overrides", "seed_key", "resources", "command"}

@@ -20,6 +20,7 @@ queued or running, and submits the others, which resume from their checkpoints.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -62,7 +63,7 @@ class FedrunTask(submitit.helpers.Checkpointable):
 
     def __init__(self, program: list[str], config: str | None, run_dir: str, overrides: list[str],
                  tasks: int = 1, cpus_per_task: int = 1, gpus_per_task: int = 0, mpi: str = "none",
-                 stop_timeout_s: float = 60.0, nodes: int = 1) -> None:
+                 stop_timeout_s: float = 60.0, nodes: int = 1, slots: tuple[str, int] | None = None) -> None:
         self.program = list(program)
         self.config = config
         self.run_dir = str(run_dir)
@@ -73,6 +74,7 @@ class FedrunTask(submitit.helpers.Checkpointable):
         self.gpus_per_task = gpus_per_task
         self.mpi = mpi
         self.stop_timeout_s = stop_timeout_s
+        self.slots = slots  # (directory, count): run only while holding one of count slot locks there
         self._proc: subprocess.Popen | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -82,6 +84,7 @@ class FedrunTask(submitit.helpers.Checkpointable):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("nodes", 1)  # pickled by an earlier version
+        state.setdefault("slots", None)
         self.__dict__.update(state)
 
     def train_args(self) -> list[str]:
@@ -108,6 +111,7 @@ class FedrunTask(submitit.helpers.Checkpointable):
         result = Path(self.run_dir) / "result.json"
         if result.is_file():  # finished by an earlier start
             return json.loads(result.read_text())
+        slot = hold_slot(*self.slots) if self.slots else None  # noqa: F841 - held until this call returns
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", str(self.cpus_per_task))
         cmd = self.command(env)
@@ -143,6 +147,22 @@ class FedrunTask(submitit.helpers.Checkpointable):
                 time.sleep(0.2)
         self._proc = None
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def hold_slot(directory: str, count: int) -> IO[str]:
+    """Wait for one of ``count`` slot files in ``directory`` to be free and lock it (released when the
+    returned file is closed or the process ends): local array tasks all start at once, so this is how at
+    most ``resources.array_parallelism`` of them run fedrun at a time, as a Slurm job array would."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    while True:
+        for i in range(count):
+            fh = open(Path(directory) / f"slot_{i}", "a")  # noqa: SIM115 - held while the run runs
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fh
+            except OSError:
+                fh.close()
+        time.sleep(0.2)
 
 
 def _exited(proc: subprocess.Popen) -> bool:
@@ -289,9 +309,11 @@ def submit_sweep(spec: SweepSpec, executor: str = "slurm", dry_run: bool = False
         return []
     config = base_config_path(spec)
     r = spec.resources
+    slots = (str(spec.root / ".submitit" / "slots"), r.array_parallelism) if executor == "local" else None
     tasks = [FedrunTask(spec.program(), config, str(run.dir), run.overrides, tasks=r.tasks,
                         cpus_per_task=r.cpus_per_task, gpus_per_task=r.gpus_per_task, mpi=r.mpi,
-                        stop_timeout_s=max(10.0, r.signal_delay_s - 10.0), nodes=r.nodes) for run in todo]
+                        stop_timeout_s=max(10.0, r.signal_delay_s - 10.0), nodes=r.nodes, slots=slots)
+             for run in todo]
     ex = make_executor(spec, executor)
     jobs = []
     with ex.batch():

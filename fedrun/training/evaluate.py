@@ -1,4 +1,4 @@
-"""Evaluation of the global model on a rank's shard of the test set, batched."""
+"""Evaluation of a model on test examples, per example in fixed batches (summed exactly by the callers)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,6 @@ from torch import Tensor
 
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn
-
-
-@torch.no_grad()
-def evaluate_shard(model: FlatModel, loss_fn: LossFn, x: Tensor, inputs: Tensor, targets: Tensor,
-                   batch_size: int, classification: bool) -> Tensor:
-    """``[loss sum, correct, count]`` over this shard (summed over ranks by the caller)."""
-    model.module.eval()
-    out = torch.zeros(3, dtype=x.dtype, device=x.device)
-    for start in range(0, len(targets), batch_size):
-        xb, yb = inputs[start:start + batch_size], targets[start:start + batch_size]
-        outputs = model.forward(x, xb)
-        out[0] += loss_fn(outputs, yb).sum()
-        if classification:
-            out[1] += (outputs.argmax(dim=1) == yb).sum()
-        out[2] += len(yb)
-    model.module.train()
-    return out
 
 
 @torch.no_grad()

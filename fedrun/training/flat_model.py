@@ -13,6 +13,7 @@ run faster; x itself keeps the NCHW order, so checkpoints and collectives do not
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -76,3 +77,19 @@ class FlatModel:
             out[offset:offset + size].view(shape).copy_(p.grad)  # any grad layout, one pass
             offset += size
         return value.detach()
+
+
+def module_at(module: nn.Module, x: Tensor) -> nn.Module:
+    """A copy of ``module`` whose parameters are the flat vector ``x`` (in ``named_parameters()`` order, as the
+    runtime stores models), each its own tensor; buffers are copied as they are."""
+    out = copy.deepcopy(module)
+    params = list(out.parameters())
+    if x.numel() != sum(p.numel() for p in params):
+        raise ValueError(f"x has {x.numel()} values, the model {sum(p.numel() for p in params)} parameters")
+    offset = 0
+    with torch.no_grad():
+        for p in params:
+            p.data = x[offset:offset + p.numel()].reshape(p.shape).to(p.dtype).clone()
+            p.grad = None
+            offset += p.numel()
+    return out

@@ -1,7 +1,22 @@
-"""Choosing the local-training strategy by timing it (issue: speed).
+"""Choosing the local-training strategy.
 
-``local.strategy: auto`` times a few local steps of every applicable strategy on this rank's own
-clients and model at start-up and keeps the fastest. Measured here on CPU (one thread): vmap over a
+Which strategies give which bits (measured on this repository's CPU, float32, one client trained alone,
+in a group of 2 and of 4; docs/design.md):
+
+* ``sequential`` and ``channels_last`` train one client at a time: a client's result is the same bits
+  alone or next to any other clients, so the run is the same on any number of ranks and placements;
+* they are not mutually exact for models with convolutions (NHWC kernels sum in another order: 3e-8
+  apart after 10 steps of the MNIST CNN); without convolutions channels_last does not apply;
+* ``vmap`` batches a rank's clients into one call, whose kernels depend on the batch: a client's result
+  changes with the clients batched with it (5.6e-5 for the CIFAR-10 CNN, 1.9e-9 for logistic
+  regression), hence with the number of ranks.
+
+``local.strategy: auto`` (the default) therefore takes the one neighbour-independent strategy of the
+model: channels_last for 2-D convolutions on images (the faster on CPU), sequential otherwise; there is
+no set of two mutually exact strategies to choose between by timing. ``local.strategy: fastest`` times
+a few local steps of every applicable strategy on this rank's own clients and model at start-up and
+keeps the fastest, at the price of runs whose last bits depend on that choice and, with vmap, on the
+number of ranks. Measured here on CPU (one thread): vmap over a
 block loses to the sequential loop for the FedSUM CNNs and wins by far for linear models and small
 MLPs; channels_last makes the FedSUM CNNs' steps 1.15-1.4x faster at batch 10-32; on a GPU the
 balance moves towards vmap. Models that draw random numbers (dropout) need per-client random streams,
@@ -39,9 +54,14 @@ def applicable_strategies(model: FlatModel, block: ClientBlock, random_model: bo
     return out
 
 
+def reproducible_strategy(model: FlatModel, block: ClientBlock) -> str:
+    """``auto``'s choice: channels_last where it applies, else sequential (both neighbour-independent)."""
+    return "channels_last" if "channels_last" in applicable_strategies(model, block, True) else "sequential"
+
+
 def check_strategy(requested: str, model: FlatModel, block: ClientBlock, random_model: bool, model_name: str) -> None:
     """A forced ``local.strategy`` must apply to the model (a one-line ConfigError otherwise)."""
-    if requested == "auto" or requested in applicable_strategies(model, block, random_model):
+    if requested in ("auto", "fastest") or requested in applicable_strategies(model, block, random_model):
         return
     if requested == "vmap":
         raise ConfigError(f"local.strategy=vmap: model {model_name} uses dropout, whose per-client random "

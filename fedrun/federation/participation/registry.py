@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fedrun.config import ParticipationConfig
-from fedrun.errors import ConfigError
+from fedrun.errors import ConfigError, brief
 from fedrun.federation.participation.base import Participation
 from fedrun.federation.participation.patterns import (
     Bernoulli,
@@ -160,7 +160,7 @@ def make_participation(cfg: ParticipationConfig, num_clients: int, seed: int, ro
                         plugin.from_config, cfg, n, seed, rounds)
     if factory is None:
         raise ConfigError(f"participation.pattern: expected one of {', '.join(PATTERNS)}, "
-                          f"got {cfg.pattern!r}")
+                          f"got {brief(cfg.pattern)}")
     if num_clients < 1:
         raise ConfigError(f"data.num_clients: expected an integer >= 1, got {num_clients}")
     if rounds < 0:
