@@ -59,9 +59,10 @@ def check_model_fits_data(cfg: Config, task: TaskData | None = None) -> None:
     Cost: one model build and one forward pass on one example, on the CPU.
     """
     if task is None:
-        from fedrun.data import load_task
+        from fedrun.data import ON_DEMAND, load_task
 
-        task = load_task(cfg.data, cfg.run.seed)
+        on_demand = ON_DEMAND.get(cfg.data.name)
+        task = on_demand(cfg.data, cfg.run.seed).task if on_demand else load_task(cfg.data, cfg.run.seed)
     problem = model_data_mismatch(cfg.model.name, task, cfg.model.settings)
     if problem is not None:
         raise ConfigError(problem)

@@ -1,4 +1,4 @@
-"""Datasets, partitioners and the device-resident per-client data of a rank.
+"""Datasets, partitioners and the per-client data of a rank (resident, or read on demand: ``ON_DEMAND``).
 
 ``data.name`` names a built-in dataset, an on-disk one under ``data.root``, or ``package.module:loader``:
 a ``(cfg: DataConfig, seed: int) -> TaskData`` outside fedrun, whose ``groups`` (optional) are the
@@ -11,8 +11,11 @@ from pathlib import Path
 
 from fedrun.config import DataConfig
 from fedrun.data.builtin import arrays_source, load_arrays, load_least_squares, load_mnist5k, load_synthetic
+from fedrun.data.client_source import ClientSource
 from fedrun.data.dataset import TaskData
+from fedrun.data.federated_h5 import FederatedH5
 from fedrun.data.sources import DATASETS, load_dataset
+from fedrun.data.synthetic_fedprox import SyntheticFedprox
 from fedrun.data.validate import check_task
 from fedrun.errors import ConfigError, DataError, brief
 from fedrun.plugins import call, is_import_path, load
@@ -22,6 +25,12 @@ BUILTIN: dict[str, Callable[[DataConfig, int], TaskData]] = {
     "synthetic": load_synthetic,
     "least_squares": load_least_squares,
     "arrays": load_arrays,
+}
+
+#: Datasets read per client on demand (docs/scale.md): ``(cfg, seed) -> ClientSource``.
+ON_DEMAND: dict[str, Callable[[DataConfig, int], ClientSource]] = {
+    "synthetic_fedprox": SyntheticFedprox,
+    "federated_h5": FederatedH5,
 }
 
 
@@ -46,12 +55,15 @@ def _load(cfg: DataConfig, seed: int) -> TaskData:
             raise ConfigError(f"data.name: {cfg.name} returned {type(task).__name__}; expected "
                               "fedrun.data.dataset.TaskData")
         return task
+    if cfg.name in ON_DEMAND:
+        raise DataError(f"data.name={cfg.name}: is read per client on demand (docs/scale.md), never held whole; "
+                        "expected a dataset held in memory here")
     if cfg.name in BUILTIN:
         return BUILTIN[cfg.name](cfg, seed)
     if cfg.name in DATASETS:
         return load_dataset(cfg.name, cfg.root, seed, cfg.test_fraction)
-    known = ", ".join(sorted([*BUILTIN, *DATASETS]))
+    known = ", ".join(sorted([*BUILTIN, *DATASETS, *ON_DEMAND]))
     raise DataError(f"data.name: expected one of {known}, got {brief(cfg.name)}")
 
 
-__all__ = ["DataError", "TaskData", "load_task"]
+__all__ = ["ON_DEMAND", "DataError", "TaskData", "load_task"]

@@ -5,7 +5,9 @@ otherwise start a 300 GB allocation that ends in the OOM killer or an ``_ArrayMe
 The estimate is a lower bound of what the run allocates on each rank (every rank generates the whole
 dataset): the generated arrays at their peak, the per-client bookkeeping at its measured cost, and the
 per-round minibatch indices, summed. Only when the sum exceeds the memory available now is the run
-refused, with one line naming the fields of its largest part.
+refused, with one line naming the fields of its largest part. An on-demand dataset (docs/scale.md)
+holds no examples between rounds: it counts its per-client bookkeeping and its bounded pooled test
+set, never N times the examples.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 import os
 
 from fedrun.config import Config
+from fedrun.data.synthetic_fedprox import MIN_EXAMPLES
 from fedrun.errors import ConfigError
 
 # What one client costs a run beyond its data, measured as the growth of the peak resident memory of a
@@ -47,7 +50,9 @@ def planned_bytes(cfg: Config) -> list[tuple[str, int]]:
     Every client: ``PER_CLIENT_BYTES``. Synthetic data: N * n_c + n_test examples of prod(shape) float32
     values, drawn through a float64 temporary and a gathered class mean: 16 bytes per value at the peak.
     Generated least squares: A [N, m, d] and its temporaries in float64: 16 bytes per value. A round's
-    minibatch indices: C clients x K steps x b examples, ``INDEX_BYTES`` each (fixed-steps mode)."""
+    minibatch indices: C clients x K steps x b examples, ``INDEX_BYTES`` each (fixed-steps mode).
+    ``synthetic_fedprox``: ``test_clients`` clients of at least max(1, round(test_fraction * 50)) test
+    examples each in the pooled test set, drawn in float64: 16 bytes per value."""
     data = cfg.data
     n = data.num_clients
     plans = [("data.num_clients", n * PER_CLIENT_BYTES)]
@@ -62,6 +67,11 @@ def planned_bytes(cfg: Config) -> list[tuple[str, int]]:
         examples = ls.rows_per_client
         plans.append(("data.num_clients x data.least_squares.rows_per_client x data.least_squares.dim",
                       16 * n * ls.rows_per_client * ls.dim))
+    elif data.name == "synthetic_fedprox":
+        sf = data.synthetic_fedprox
+        least = max(1, round(sf.test_fraction * MIN_EXAMPLES))
+        plans.append(("data.synthetic_fedprox.test_clients x data.synthetic_fedprox.dim",
+                      16 * min(n, sf.test_clients) * least * sf.dim))
     if cfg.local.epochs is None:
         if cfg.asynchrony.enabled:
             cohort, field = cfg.asynchrony.concurrency, "asynchrony.concurrency"
