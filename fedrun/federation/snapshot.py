@@ -98,8 +98,8 @@ def save(setup: Setup, state: RunState) -> Path | None:
 
 def _gather_rows(setup: Setup, state: RunState, writer: CheckpointWriter | None, name: str, vector: bool,
                  attempt) -> None:
-    world = setup.world
-    local = state.clients.tensors[name]
+    world, store = setup.world, state.clients
+    local = store.block(name, 0, 0)  # no rows: the dtype and device
     row_shape = (setup.dim,) if vector else ()
     row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * local.element_size())
     chunk = max(1, _CHUNK_BYTES // row_bytes)
@@ -110,7 +110,7 @@ def _gather_rows(setup: Setup, state: RunState, writer: CheckpointWriter | None,
         for start in range(first, stop, chunk):
             end = min(stop, start + chunk)
             if rank == world.rank:
-                rows = local[start - first:end - first].contiguous()
+                rows = store.block(name, start - first, end - first).contiguous()
                 if world.is_root:
                     attempt(_write_rows, writer, path, start, rows)
                 else:
@@ -224,8 +224,11 @@ def restore(setup: Setup, state: RunState, path: Path) -> None:
             state.server = {e.name: _tensor(ckpt.read(f"server/{e.name}"), device, dtype) for e in setup.decl.server}
         first, stop = setup.placement.blocks[setup.world.rank]
         for entry in state.clients.entries:
-            rows = ckpt.read_rows(f"clients/{entry.name}", first, stop)  # checks the CRCs of these rows
-            state.clients.tensors[entry.name] = _tensor(rows, device, dtype)
+            row_bytes = (setup.dim if isinstance(entry, Vector) else 1) * torch.empty(0, dtype=dtype).element_size()
+            chunk = max(1, _CHUNK_BYTES // row_bytes)
+            for start in range(first, stop, chunk):  # checks the CRCs of these rows
+                rows = ckpt.read_rows(f"clients/{entry.name}", start, min(stop, start + chunk))
+                state.clients.load(entry.name, start - first, _tensor(rows, device, dtype))
         try:
             state.schedule.load_state_dict({n: ckpt.read(f"schedule/{n}") for n in ckpt.names("schedule")})
         except CheckpointError as err:  # the schedule's state does not fit this run's config
