@@ -98,6 +98,44 @@ class LeastSquaresConfig:
 
 
 @dataclass
+class SyntheticFedproxConfig:
+    """Synthetic(alpha, beta) of the FedProx paper, generated per client on demand (docs/datasets.md)."""
+
+    alpha: float = 1.0  # std of u_k, the mean of client k's model W_k, b_k
+    beta: float = 1.0  # std of B_k, the mean of client k's input mean v_k
+    dim: int = 60
+    classes: int = 10
+    max_examples: int = 5000  # client sizes 50 + floor(LogNormal(4, 2)) are clipped at this many
+    test_fraction: float = 0.2  # client k also has max(1, round(test_fraction * n_k)) test examples
+    test_clients: int = 1000  # the pooled test set: the test examples of a seeded sample of this many clients
+
+    def check(self) -> None:
+        require(self.alpha >= 0, "data.synthetic_fedprox.alpha", "a number >= 0", self.alpha)
+        require(self.beta >= 0, "data.synthetic_fedprox.beta", "a number >= 0", self.beta)
+        require(self.dim >= 1, "data.synthetic_fedprox.dim", "an integer >= 1", self.dim)
+        require(self.classes >= 2, "data.synthetic_fedprox.classes", "an integer >= 2", self.classes)
+        require(self.max_examples >= 50, "data.synthetic_fedprox.max_examples", "an integer >= 50",
+                self.max_examples)
+        require(0 < self.test_fraction < 1, "data.synthetic_fedprox.test_fraction", "a number in (0, 1)",
+                self.test_fraction)
+        require(self.test_clients >= 1, "data.synthetic_fedprox.test_clients", "an integer >= 1", self.test_clients)
+
+
+@dataclass
+class FederatedH5Config:
+    """TensorFlow Federated's simulation HDF5 layout: ``examples/<client_id>/<feature>`` (docs/datasets.md)."""
+
+    train: str | None = None  # the train file
+    test: str | None = None  # the test file (same client ids)
+    feature: str = "pixels"  # the input dataset of every client group
+    label: str = "label"  # the label dataset of every client group
+    test_clients: int = 1000  # the pooled test set: the test examples of a seeded sample of this many clients
+
+    def check(self) -> None:
+        require(self.test_clients >= 1, "data.federated_h5.test_clients", "an integer >= 1", self.test_clients)
+
+
+@dataclass
 class DataConfig:
     name: str = "mnist5k"  # see fedrun.data (the registry checks the name)
     root: str | None = None  # local data root for on-disk datasets
@@ -113,6 +151,8 @@ class DataConfig:
     client_test_fraction: float = 0.0
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     least_squares: LeastSquaresConfig = field(default_factory=LeastSquaresConfig)
+    synthetic_fedprox: SyntheticFedproxConfig = field(default_factory=SyntheticFedproxConfig)
+    federated_h5: FederatedH5Config = field(default_factory=FederatedH5Config)
 
     def check(self) -> None:
         require(self.num_clients >= 1, "data.num_clients", "an integer >= 1", self.num_clients)
@@ -197,8 +237,13 @@ class EvalConfig:
     # personalization (needs data.client_test_fraction > 0): also evaluate each client's model after this
     # many local steps from the global model on its own training data (0: global model only)
     finetune_steps: int = 0
+    # per-client evaluation over a seeded sample of this many clients, the same at every evaluation
+    # (null: every client)
+    clients: int | None = None
 
     def check(self) -> None:
+        require(self.clients is None or self.clients >= 1, "eval.clients", "null (every client) or an integer >= 1",
+                self.clients)
         require(self.every >= 0, "eval.every", "an integer >= 0 (0: only at the end)", self.every)
         require(self.batch_size >= 1, "eval.batch_size", "an integer >= 1", self.batch_size)
         require(self.finetune_steps >= 0, "eval.finetune_steps", "an integer >= 0", self.finetune_steps)

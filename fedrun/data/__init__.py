@@ -1,4 +1,4 @@
-"""Datasets, partitioners and the device-resident per-client data of a rank.
+"""Datasets, partitioners and the per-client data of a rank (resident, or read on demand: ``ON_DEMAND``).
 
 ``data.name`` names a built-in dataset, an on-disk one under ``data.root``, or ``package.module:loader``:
 a ``(cfg: DataConfig, seed: int) -> TaskData`` outside fedrun, whose ``groups`` (optional) are the
@@ -10,8 +10,11 @@ from collections.abc import Callable
 
 from fedrun.config import DataConfig
 from fedrun.data.builtin import load_arrays, load_least_squares, load_mnist5k, load_synthetic
+from fedrun.data.client_source import ClientSource
 from fedrun.data.dataset import TaskData
+from fedrun.data.federated_h5 import FederatedH5
 from fedrun.data.sources import DATASETS, load_dataset
+from fedrun.data.synthetic_fedprox import SyntheticFedprox
 from fedrun.errors import ConfigError, DataError
 from fedrun.plugins import call, is_import_path, load
 
@@ -20,6 +23,12 @@ BUILTIN: dict[str, Callable[[DataConfig, int], TaskData]] = {
     "synthetic": load_synthetic,
     "least_squares": load_least_squares,
     "arrays": load_arrays,
+}
+
+#: Datasets read per client on demand (docs/scale.md): ``(cfg, seed) -> ClientSource``.
+ON_DEMAND: dict[str, Callable[[DataConfig, int], ClientSource]] = {
+    "synthetic_fedprox": SyntheticFedprox,
+    "federated_h5": FederatedH5,
 }
 
 
@@ -43,8 +52,8 @@ def load_task(cfg: DataConfig, seed: int) -> TaskData:
         return BUILTIN[cfg.name](cfg, seed)
     if cfg.name in DATASETS:
         return load_dataset(cfg.name, cfg.root, seed, cfg.test_fraction)
-    known = ", ".join(sorted([*BUILTIN, *DATASETS]))
+    known = ", ".join(sorted([*BUILTIN, *DATASETS, *ON_DEMAND]))
     raise DataError(f"data.name: expected one of {known}, got {cfg.name!r}")
 
 
-__all__ = ["DataError", "TaskData", "load_task"]
+__all__ = ["ON_DEMAND", "DataError", "TaskData", "load_task"]

@@ -1,12 +1,16 @@
-"""A rank's block of clients: their examples as device-resident tensors, and minibatch indices.
+"""A rank's block of clients: their examples as device tensors, and minibatch indices.
 
-The examples of the block's clients are stored back to back in one tensor on the rank's device;
-client j of the block owns rows ``offsets[j]:offsets[j+1]``. Minibatches are drawn by index.
+The examples come from a :class:`~fedrun.data.client_source.ClientSource`. A resident source (every
+in-memory dataset) is copied onto the rank's device once: the block's clients back to back in one
+tensor, client j of the block owning rows ``offsets[j]:offsets[j+1]``. An on-demand source
+(``federated_h5``, ``synthetic_fedprox``) is read each time minibatches are planned, for the planned
+clients only, and the plan's tensors hold just those clients; nothing per example of the other clients
+is ever held. Minibatches are drawn by index into the tensors the plan carries (:class:`Batches`).
 
 Sample order is a function of (seed, round, client id) only (docs/design.md), so it does not
-depend on which rank hosts a client or which other clients train in the same round: each client sees
-its examples in successive random permutations ("epochs"), where the permutation of epoch e is the
-argsort of counter-based hash keys h(seed, round, client, e, j).
+depend on which rank hosts a client, which other clients train in the same round, or whether the
+examples are resident: each client sees its examples in successive random permutations ("epochs"),
+where the permutation of epoch e is the argsort of counter-based hash keys h(seed, round, client, e, j).
 """
 
 from __future__ import annotations
@@ -17,28 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedrun.data.dataset import TaskData
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer, element-wise on uint64 arrays (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * _M1
-        x = (x ^ (x >> np.uint64(27))) * _M2
-        return x ^ (x >> np.uint64(31))
-
-
-def hash_keys(*parts: np.ndarray | int) -> np.ndarray:
-    """Hash integer arrays (broadcast together) into uint64 keys; order of ``parts`` matters."""
-    h = np.zeros((), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for p in parts:
-            h = _mix(h + (np.asarray(p, dtype=np.int64).astype(np.uint64) + np.uint64(1)) * _GOLDEN)
-    return h
+from fedrun.data.client_source import ClientSource
+from fedrun.data.hashing import hash_keys
 
 
 @dataclass
@@ -49,35 +33,34 @@ class Batches:
     mask: Tensor  # [C, K, B] bool: which slots are real examples
     sizes: Tensor  # [C, K] int64 real examples per step (0: the client does no step k)
     steps: np.ndarray  # [C] local steps of each client
-
-
-def _take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``array[rows]``; a contiguous run of rows is a view, so a memory-mapped dataset is not copied."""
-    if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and bool((np.diff(rows) == 1).all()):
-        return array[rows[0]:rows[-1] + 1]
-    return array[rows]
+    x: Tensor  # the examples ``index`` points into (the resident block, or the planned clients')
+    y: Tensor
 
 
 class ClientBlock:
-    """The examples of clients ``first .. first + len(parts) - 1`` on one device."""
+    """The examples of clients ``first .. stop - 1`` on one device (resident) or read as planned (on demand)."""
 
-    def __init__(self, task: TaskData, parts: list[np.ndarray], first: int, device: torch.device,
+    def __init__(self, source: ClientSource, first: int, stop: int, device: torch.device,
                  dtype: torch.dtype) -> None:
-        self.first = first
-        self.num_clients = len(parts)
-        self.num_examples = np.array([len(p) for p in parts], dtype=np.int64)
+        self.source, self.first, self.device, self.dtype = source, first, device, dtype
+        self.num_clients = stop - first
+        self.num_examples = source.num_examples[first:stop]
+        self.input_shape = source.task.input_shape
         self.offsets = np.concatenate([[0], np.cumsum(self.num_examples)]).astype(np.int64)
-        rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        x = torch.from_numpy(np.ascontiguousarray(_take_rows(task.x_train, rows)))
+        if source.resident:
+            self.x, self.y = self._to_device(*source.load(np.arange(first, stop)))
+
+    def _to_device(self, x_host: np.ndarray, y_host: np.ndarray) -> tuple[Tensor, Tensor]:
+        """Examples as tensors on the device: floating inputs in the run's dtype, regression targets too."""
+        x = torch.from_numpy(np.ascontiguousarray(x_host))
         if x.is_floating_point():
-            x = x.to(dtype)
-        y = torch.from_numpy(np.ascontiguousarray(task.y_train[rows]))
-        if task.task == "regression":
-            y = y.to(dtype)
-        pin = device.type == "cuda"
-        self.x = (x.pin_memory() if pin else x).to(device, non_blocking=pin)
-        self.y = (y.pin_memory() if pin else y).to(device, non_blocking=pin)
-        self.device = device
+            x = x.to(self.dtype)
+        y = torch.from_numpy(np.ascontiguousarray(y_host))
+        if self.source.task.task == "regression":
+            y = y.to(self.dtype)
+        pin = self.device.type == "cuda"
+        return (x.pin_memory() if pin else x).to(self.device, non_blocking=pin), \
+            (y.pin_memory() if pin else y).to(self.device, non_blocking=pin)
 
     def batches(self, local: np.ndarray, seed: int, round_: int, batch_size: int, steps: int,
                 epochs: int | None, shuffle: bool = True) -> Batches:
@@ -85,7 +68,8 @@ class ClientBlock:
 
         Fixed-steps mode: K = ``steps`` minibatches of b_i = min(B, n_i) examples each.
         Epochs mode: K_i = epochs * ceil(n_i / B) minibatches; the last of each epoch may be short.
-        Without ``shuffle`` every epoch takes the client's examples in stored order.
+        Without ``shuffle`` every epoch takes the client's examples in stored order. An on-demand block
+        reads the clients ``local`` here; the plan's ``x``, ``y`` hold their examples in the order of ``local``.
         """
         n = self.num_examples[local]  # [C]
         ids = local + self.first
@@ -121,9 +105,14 @@ class ClientBlock:
                                             (epoch * nmax + j).reshape(len(local), -1), axis=1).reshape(pos.shape)
         else:
             rows_local = j
-        rows = rows_local + self.offsets[local][:, None, None]
-        rows = np.where(mask, rows, self.offsets[local][:, None, None])
+        if self.source.resident:
+            starts, x, y = self.offsets[local], self.x, self.y
+        else:
+            starts = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+            x, y = self._to_device(*self.source.load(ids))
+        rows = rows_local + starts[:, None, None]
+        rows = np.where(mask, rows, starts[:, None, None])
         sizes = mask.sum(axis=-1)
         return Batches(index=torch.from_numpy(rows).to(self.device),
                        mask=torch.from_numpy(np.array(mask)).to(self.device),
-                       sizes=torch.from_numpy(sizes).to(self.device), steps=k_i)
+                       sizes=torch.from_numpy(sizes).to(self.device), steps=k_i, x=x, y=y)

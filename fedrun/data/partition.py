@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrun.config import DataConfig
-from fedrun.data.client_block import hash_keys
 from fedrun.data.dataset import TaskData
+from fedrun.data.hashing import hash_keys
 from fedrun.errors import ConfigError, DataError
 
 Partitioner = Callable[[TaskData, DataConfig, int], list[np.ndarray]]

@@ -24,9 +24,10 @@ from torch import Tensor
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import Algorithm
 from fedrun.config import Config
-from fedrun.data import load_task
+from fedrun.data import ON_DEMAND, load_task
 from fedrun.data.builtin import least_squares_x0
 from fedrun.data.client_block import ClientBlock
+from fedrun.data.client_source import ArraySource, ClientSource
 from fedrun.data.partition import partition, split_client_tests
 from fedrun.data.sizes import available_bytes, check_memory
 from fedrun.errors import ConfigError
@@ -104,14 +105,10 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
     seed = cfg.run.seed
     check_memory(cfg.data)  # before anything is allocated
-    task = load_task(cfg.data, seed)
-    check_model_fits_data(cfg, task)  # one line naming model and shapes, before any allocation or timing
-    parts = partition(task, cfg.data, seed)
-    tests = None
-    if cfg.data.client_test_fraction > 0:
-        parts, tests = split_client_tests(task, parts, cfg.data, seed)
-    num_clients = len(parts)
-    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    source = _client_data(cfg, seed)
+    task = source.task
+    num_clients = source.num_clients
+    sizes = source.num_examples
     blocks = assign_blocks(sizes, world.size)
     algorithm = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams)
     decl = algorithm.declare()
@@ -131,7 +128,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
         work = round_work(sizes, cfg.local.batch_size, cfg.local.steps, cfg.local.epochs)
     else:
         first, stop = blocks[world.rank]
-    block = ClientBlock(task, parts[first:stop], first, world.device, dtype)
+    block = ClientBlock(source, first, stop, world.device, dtype)
 
     torch.manual_seed(seed)
     module = build_model(cfg.model.name, task.input_shape, task.num_classes)
@@ -164,8 +161,8 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                   placement=Placement(mode, blocks, work, block, world.rank, world.size), learner=learner,
                   algorithm=algorithm, decl=decl, exchange=exchange, strategy_timings=timings, corruption=corruption,
                   store_choice=store_choice)
-    if tests is not None:
-        setup.client_eval = ClientEval(cfg, world, tests, blocks, dtype, learner.classification)
+    if source.test_examples is not None:
+        setup.client_eval = ClientEval(cfg, world, source, blocks, dtype, learner.classification)
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
                      delay=DelayTracker(num_clients), strategy=strategy)
     return setup, state
@@ -184,6 +181,23 @@ def _client_store(cfg: Config, world: World, run_dir: Path | None,
     if kind == "memory":
         return ClientStore(entries, num_clients, x0), f"in memory ({why})"
     return DiskStore(entries, num_clients, x0, directory, f"rank{world.rank}"), f"on disk ({why})"
+
+
+def _client_data(cfg: Config, seed: int) -> ClientSource:
+    """The run's clients: an on-demand dataset as it is, or an in-memory one loaded, checked against the
+    model, partitioned into N clients and, with ``data.client_test_fraction`` > 0, split into per-client
+    training and test examples."""
+    if cfg.data.name in ON_DEMAND:
+        source = ON_DEMAND[cfg.data.name](cfg.data, seed)
+        check_model_fits_data(cfg, source.task)
+        return source
+    task = load_task(cfg.data, seed)
+    check_model_fits_data(cfg, task)  # one line naming model and shapes, before any allocation or timing
+    parts = partition(task, cfg.data, seed)
+    tests = None
+    if cfg.data.client_test_fraction > 0:
+        parts, tests = split_client_tests(task, parts, cfg.data, seed)
+    return ArraySource(task, parts, tests)
 
 
 def _placement(cfg: Config, decl: Declaration, world: World, schedule: type[Schedule]) -> str:

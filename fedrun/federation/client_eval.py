@@ -1,9 +1,12 @@
-"""Per-client evaluation (``data.client_test_fraction`` > 0; docs/evaluation.md).
+"""Per-client evaluation (``data.client_test_fraction`` > 0, or an on-demand dataset; docs/evaluation.md).
 
-Every client i has m_i test examples of its own (:func:`fedrun.data.partition.split_client_tests`). On
-evaluation rounds the global model x is evaluated on all of them:
+Every client i has m_i test examples of its own (:func:`fedrun.data.partition.split_client_tests`, or the
+dataset's). The evaluated clients S are every client, or with ``eval.clients`` = s a seeded sample of s
+of them (:func:`~fedrun.data.client_source.sample_clients`, keyed by the run seed alone: the same clients
+at every evaluation and on any number of ranks). On evaluation rounds the global model x is evaluated on
+all their test examples:
 
-* The test examples of all N clients, concatenated in client order, are cut into fixed batches of
+* The test examples of the clients of S, concatenated in client order, are cut into fixed batches of
   ``eval.batch_size``; rank r evaluates an equal contiguous share of the batches (the clients of about
   its own block). A batch is the same whatever the number of ranks, so each example's loss and
   correctness are too (a convolution's output can depend on its batch).
@@ -25,7 +28,7 @@ from torch import Tensor
 
 from fedrun.config import Config
 from fedrun.data.client_block import ClientBlock
-from fedrun.data.partition import ClientTests
+from fedrun.data.client_source import ClientSource, sample_clients
 from fedrun.protocol import LocalPlan
 from fedrun.runtime.flat import reduce_to_root
 from fedrun.runtime.world import World
@@ -45,34 +48,45 @@ def _to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> T
     return (t.to(dtype) if t.is_floating_point() else t).to(device)
 
 
+EVAL_STREAM = 0x4556434C  # "EVCL": h(seed, EVAL_STREAM, i) picks the eval.clients sample
+
+
 class ClientEval:
     """One rank's share of the per-client evaluation, built once with the run."""
 
-    def __init__(self, cfg: Config, world: World, tests: ClientTests, blocks: list[tuple[int, int]],
+    def __init__(self, cfg: Config, world: World, source: ClientSource, blocks: list[tuple[int, int]],
                  dtype: torch.dtype, classification: bool) -> None:
         self.cfg, self.world, self.dtype, self.classification = cfg, world, dtype, classification
-        self.counts = np.array([len(p) for p in tests.parts], dtype=np.int64)
-        self.num_clients = len(tests.parts)
-        order = np.concatenate(tests.parts) if tests.parts else np.zeros(0, dtype=np.int64)
-        self.total = len(order)
+        self.ids = sample_clients(source.num_clients, cfg.eval.clients, cfg.run.seed, EVAL_STREAM)
+        self.counts = source.test_examples[self.ids]
+        self.num_clients = len(self.ids)
+        ends = np.cumsum(self.counts)
+        self.total = int(ends[-1]) if len(ends) else 0
         batch = cfg.eval.batch_size
         share = np.array_split(np.arange(-(-self.total // batch)), world.size)[world.rank]
         self.lo = int(share[0]) * batch if len(share) else 0
         self.hi = min(self.total, (int(share[-1]) + 1) * batch) if len(share) else 0
-        self.x = _to_device(tests.x[order[self.lo:self.hi]], world.device, dtype)
-        self.y = _to_device(tests.y[order[self.lo:self.hi]], world.device, dtype)
-        first, stop = blocks[world.rank]  # the clients this rank owns fine-tunes
-        self.owned = np.arange(first, stop)
-        own = np.concatenate([tests.parts[i] for i in self.owned]) if len(self.owned) else order[:0]
-        self.own_offsets = np.concatenate([[0], np.cumsum(self.counts[first:stop])]).astype(np.int64)
-        self.own_x = _to_device(tests.x[own], world.device, dtype)
-        self.own_y = _to_device(tests.y[own], world.device, dtype)
+        # the clients whose examples overlap [lo, hi), loaded and cut to the share
+        a, b = np.searchsorted(ends, self.lo, side="right"), np.searchsorted(ends, self.hi, side="left") + 1
+        x, y = source.load_test(self.ids[a:b]) if self.hi > self.lo else source.load_test(self.ids[:0])
+        skip = self.lo - (int(ends[a - 1]) if a > 0 else 0)
+        self.x = _to_device(x[skip:skip + self.hi - self.lo], world.device, dtype)
+        self.y = _to_device(y[skip:skip + self.hi - self.lo], world.device, dtype)
+        first, stop = blocks[world.rank]  # the evaluated clients this rank owns fine-tune
+        own = (self.ids >= first) & (self.ids < stop)
+        self.owned = np.flatnonzero(own)  # positions in ids
+        self.owned_ids = self.ids[own]
+        self.own_offsets = np.concatenate([[0], np.cumsum(self.counts[own])]).astype(np.int64)
+        own_x, own_y = source.load_test(self.owned_ids)
+        self.own_x = _to_device(own_x, world.device, dtype)
+        self.own_y = _to_device(own_y, world.device, dtype)
 
     def evaluate(self, model: FlatModel, loss_fn: LossFn, x: Tensor, t: int, block: ClientBlock, strategy: str,
                  random_model: bool, finetune_steps: int | None = None) -> dict[str, np.ndarray]:
         """Collective: the per-client ``accuracy``/``loss`` of the global model ``x`` after round t (and
         ``finetuned_*`` with ``finetune_steps`` > 0, default ``eval.finetune_steps``; 0 takes the
-        personalization path without steps), float64 ``[N]``, NaN where m_i = 0, on rank 0 ({} elsewhere)."""
+        personalization path without steps), float64 ``[|S|]`` in the order of ``ids``, NaN where m_i = 0, on rank 0
+        ({} elsewhere)."""
         steps = self.cfg.eval.finetune_steps if finetune_steps is None else finetune_steps
         personal = finetune_steps is not None or steps > 0
         n = self.num_clients
@@ -109,14 +123,14 @@ class ClientEval:
         test examples (float64)."""
         cfg = self.cfg
         out = torch.zeros(len(self.owned), 2, dtype=torch.float64, device=x.device)
-        rows_all = self.owned - block.first  # block rows of the owned clients
+        rows_all = self.owned_ids - block.first  # block rows of the owned clients
         for group in range(0, len(rows_all), FINETUNE_GROUP):
             rows = rows_all[group:group + FINETUNE_GROUP]
             local = x.expand(len(rows), -1)
             if steps > 0:
                 batches = block.batches(rows, cfg.run.seed, FINETUNE_ROUNDS + t, cfg.local.batch_size, steps, None,
                                         cfg.local.shuffle)
-                oracle, group_size = local_oracle(strategy, model, loss_fn, block, batches, rows + block.first,
+                oracle, group_size = local_oracle(strategy, model, loss_fn, batches, rows + block.first,
                                                   cfg.run.seed, FINETUNE_ROUNDS + t, reseed=random_model)
                 local = run_local(LocalPlan(start=local), oracle, batches.sizes > 0, local_lr(cfg.local, t), cfg.local,
                                   group_size=group_size).x_end

@@ -88,7 +88,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
             (run_dir / "config.yaml").write_text(cfg.to_yaml())
     runtime = RuntimeLog(setup, state, run_dir, resume_s)
     root_dir = run_dir if world.is_root else None
-    clients = ClientMetricsFile(root_dir, setup.client_eval.counts, resumed) if setup.client_eval else None
+    clients = ClientMetricsFile(root_dir, setup.client_eval.ids, setup.client_eval.counts,
+                                resumed) if setup.client_eval else None
     board = TensorBoardLog(root_dir if cfg.metrics.tensorboard else None, state.next_round + 1)
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())

@@ -181,7 +181,7 @@ def train_clients(setup: Setup, state: RunState, rows: np.ndarray, start: dict[s
     plan = algorithm.local_plan(start, client_state, clients, ctx)
     batches = block.batches(rows, cfg.run.seed, t, cfg.local.batch_size, cfg.local.steps, cfg.local.epochs,
                             cfg.local.shuffle)
-    oracle, group_size = local_oracle(state.strategy, learner.model, learner.loss_fn, block, batches,
+    oracle, group_size = local_oracle(state.strategy, learner.model, learner.loss_fn, batches,
                                       rows + block.first, cfg.run.seed, t, reseed=learner.random_model)
     local: LocalResult = run_local(plan, oracle, batches.sizes > 0, ctx.lr, cfg.local, group_size=group_size)
     up, new_state = algorithm.client_finish(down, client_state, local, clients, ctx)

@@ -12,8 +12,9 @@ clients with m_i > 0:
 ``clients.h5`` layout (one row per evaluation, appended as the run goes; docs/evaluation.md):
 
     round                    int64 [E]      the evaluation's round r (counts from 1)
-    test_examples            int64 [N]      m_i
-    accuracy, loss           float64 [E, N] the global model's per-client figures (NaN where m_i = 0)
+    client                   int64 [S]      the evaluated clients' ids (all N, or the eval.clients sample)
+    test_examples            int64 [S]      m_i
+    accuracy, loss           float64 [E, S] the global model's per-client figures (NaN where m_i = 0)
     finetuned_accuracy, finetuned_loss      the same after eval.finetune_steps local steps (when > 0)
 """
 
@@ -60,9 +61,9 @@ class ClientMetricsFile:
     evaluations after its checkpoint's round (a killed run may have written them), so the file holds
     each evaluated round once."""
 
-    def __init__(self, run_dir: Path | None, counts: np.ndarray, resumed_round: int | None) -> None:
+    def __init__(self, run_dir: Path | None, ids: np.ndarray, counts: np.ndarray, resumed_round: int | None) -> None:
         self.path = None if run_dir is None else run_dir / "clients.h5"
-        self.counts = counts
+        self.ids, self.counts = ids, counts
         self.resumed_round = resumed_round  # None: a new run
         self._started = False
 
@@ -73,6 +74,7 @@ class ClientMetricsFile:
         with h5py.File(self.path, "w" if fresh else "a") as f:
             if fresh:
                 f.create_dataset("round", shape=(0,), maxshape=(None,), dtype=np.int64)
+                f.create_dataset("client", data=self.ids.astype(np.int64))
                 f.create_dataset("test_examples", data=self.counts.astype(np.int64))
             elif not self._started:
                 keep = int((f["round"][()] <= self.resumed_round).sum())

@@ -24,14 +24,15 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, vmap
 
-from fedrun.data.client_block import Batches, ClientBlock, hash_keys
+from fedrun.data.client_block import Batches
+from fedrun.data.hashing import hash_keys
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn
 
 Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, rows, step) -> (g, loss)
 
 
-def sequential_oracle(model: FlatModel, loss_fn: LossFn, block: ClientBlock, batches: Batches,
+def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
                       client_ids: np.ndarray, seed: int, round_: int, reseed: bool) -> Oracle:
     sizes = batches.sizes.cpu().numpy()
 
@@ -46,13 +47,13 @@ def sequential_oracle(model: FlatModel, loss_fn: LossFn, block: ClientBlock, bat
             idx = batches.index[c, k, :b]
             if reseed:
                 torch.manual_seed(int(hash_keys(seed, round_, client_ids[c], k) >> np.uint64(1)))
-            loss[j] = model.gradient(x[j], block.x[idx], block.y[idx], loss_fn, out=g[j])
+            loss[j] = model.gradient(x[j], batches.x[idx], batches.y[idx], loss_fn, out=g[j])
         return g, loss
 
     return oracle
 
 
-def vmap_oracle(model: FlatModel, loss_fn: LossFn, block: ClientBlock, batches: Batches) -> Oracle:
+def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches) -> Oracle:
     def client_loss(xc: Tensor, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
         per_example = loss_fn(functional_call(model.module, model.params(xc), (inputs,)), targets)
         weights = mask.to(per_example.dtype)
@@ -67,20 +68,20 @@ def vmap_oracle(model: FlatModel, loss_fn: LossFn, block: ClientBlock, batches: 
         idx = batches.index[rows, k]
         with torch.enable_grad():
             leaf = x.detach().requires_grad_(True)
-            losses = batched_loss(leaf, block.x[idx], block.y[idx], batches.mask[rows, k])
+            losses = batched_loss(leaf, batches.x[idx], batches.y[idx], batches.mask[rows, k])
             (g,) = torch.autograd.grad(losses.sum(), leaf)
         return g, losses.detach()
 
     return oracle
 
 
-def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, block: ClientBlock, batches: Batches,
+def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, batches: Batches,
                  client_ids: np.ndarray, seed: int, round_: int, reseed: bool) -> tuple[Oracle, int | None]:
     """The oracle of ``strategy`` for these clients' ``batches`` of round ``round_``, and its group size."""
     if strategy == "vmap":
-        return vmap_oracle(model, loss_fn, block, batches), None
+        return vmap_oracle(model, loss_fn, batches), None
     if strategy == "channels_last":
         model = FlatModel(model.module, channels_last=True)
     elif strategy != "sequential":
         raise ValueError(f"unknown local strategy {strategy!r}")
-    return sequential_oracle(model, loss_fn, block, batches, client_ids, seed, round_, reseed), 1
+    return sequential_oracle(model, loss_fn, batches, client_ids, seed, round_, reseed), 1

@@ -32,7 +32,7 @@ def applicable_strategies(model: FlatModel, block: ClientBlock, random_model: bo
     """The strategies that can train this model on this data: vmap not with dropout, channels_last
     only for image inputs and convolution kernels."""
     out = ["sequential"]
-    if model.has_conv_kernels and block.x.dim() == 4:
+    if model.has_conv_kernels and len(block.input_shape) == 3:
         out.append("channels_last")
     if not random_model:
         out.append("vmap")
@@ -63,7 +63,7 @@ def time_strategies(model: FlatModel, loss_fn: LossFn, block: ClientBlock, x0: t
     active = batches.sizes > 0
     runs = {}
     for name in strategies:
-        oracle, group = local_oracle(name, model, loss_fn, block, batches, local + block.first, seed, 0, False)
+        oracle, group = local_oracle(name, model, loss_fn, batches, local + block.first, seed, 0, False)
         try:
             run_local(plan, oracle, active, 0.0, cfg, group)  # warm-up (vmap traces its batching rules)
         except (RuntimeError, NotImplementedError):  # a model torch.func cannot batch
