@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import torch
 from helpers import config, final_models, final_state, metrics, run_ranks, train_args
 
-from fedrun.errors import ConfigError
+from fedrun.checkpoint import CheckpointReader, CheckpointWriter
+from fedrun.errors import CheckpointError, ConfigError
 from fedrun.protocol import Scalar, Vector
 from fedrun.state.choice import StorePlan, choose
 from fedrun.state.disk import DiskStore
@@ -109,3 +111,27 @@ def test_disk_store_resumes_exactly_and_elastically(tmp_path):
         got = final_state(tmp_path / name)
         for key in whole:
             np.testing.assert_allclose(got[key], whole[key], rtol=1e-10, atol=1e-12, err_msg=f"{name} {key}")
+
+
+def test_checkpoint_rows_never_written_are_skipped_verified_and_read_as_fill(tmp_path):
+    """The writer passes over whole chunks of fill rows (HDF5 allocates nothing); the reader verifies them
+    from their CRC without reading and returns the fill value; a damaged written chunk is still named."""
+    rows = np.arange(20 * 1000, dtype=np.float32).reshape(20, 1000) + 1
+    with CheckpointWriter(tmp_path, 3, algorithm="scaffold", num_clients=1000, dim=1000) as w:
+        w.create_rows("clients/c_i", 1000, 1000, np.float32, rows_per_chunk=10, fill=0.0)
+        w.skip_rows("clients/c_i", 0, 30)
+        w.write_rows("clients/c_i", 30, rows[:10])
+        w.skip_rows("clients/c_i", 40, 500)
+        w.write_rows("clients/c_i", 500, rows[10:])
+        w.skip_rows("clients/c_i", 510, 1000)
+    path = tmp_path / "ckpt_00000003.h5"
+    assert path.stat().st_size < 200_000  # two chunks of 40 kB, not 1000 rows of 4 kB
+    with CheckpointReader(path) as r:
+        r.verify()
+        assert r.allocated_rows("clients/c_i") == [(30, 40), (500, 510)]
+        got = r.read_rows("clients/c_i", 25, 505)
+        assert not got[:5].any() and np.array_equal(got[5:15], rows[:10]) and np.array_equal(got[-5:], rows[10:15])
+    with h5py.File(path, "r+") as f:  # a flipped value in a written chunk
+        f["clients/c_i"][501, 7] = -1
+    with CheckpointReader(path) as r, pytest.raises(CheckpointError, match="rows 500:510"):
+        r.verify()

@@ -177,7 +177,16 @@ def _client_store(cfg: Config, world: World, run_dir: Path | None,
     vectors = [e for e in entries if isinstance(e, Vector)]
     plan = StorePlan(rows=num_clients, dim=x0.numel(), vectors=len(vectors), scalars=len(entries) - len(vectors),
                      itemsize=x0.element_size(), touched_rows=cfg.run.rounds * cohort)
-    kind, why = choose(cfg.state.store, plan, directory, available_bytes())
+    choice: tuple[str, str] | str = ""
+    if world.is_root:  # one choice for every rank (a checkpoint streams every rank's rows alike)
+        try:
+            choice = choose(cfg.state.store, plan, directory, available_bytes())
+        except ConfigError as err:
+            choice = str(err)
+    choice = world.broadcast_object(choice)
+    if isinstance(choice, str):
+        raise ConfigError(choice)
+    kind, why = choice
     if kind == "memory":
         return ClientStore(entries, num_clients, x0), f"in memory ({why})"
     return DiskStore(entries, num_clients, x0, directory, f"rank{world.rank}"), f"on disk ({why})"

@@ -113,6 +113,18 @@ class DiskStore:
         rows = np.flatnonzero((raw != f.initial.numpy().view(np.uint8)).any(axis=1))
         f.write(rows + start, values[torch.as_tensor(rows)])
 
+    def written(self, name: str) -> np.ndarray | None:
+        """Which block rows of a vector entry with a constant initial value were ever written (the others hold
+        that constant, :meth:`fill`); None for an entry a checkpoint stores whole."""
+        f = self.files.get(name)
+        if f is None or not bool((f.initial == f.initial[0]).all()):
+            return None
+        return f.written
+
+    def fill(self, name: str) -> float:
+        """The constant initial value of an entry :meth:`written` answers for."""
+        return float(self.files[name].initial[0])
+
     def whole(self, names: list[str]) -> dict[str, Tensor]:
         """The named scalar entries for every client of the block (vector entries stay on disk)."""
         on_disk = [name for name in names if name in self.files]

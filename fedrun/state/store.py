@@ -64,6 +64,10 @@ class ClientStore:
         t = self.tensors[name]
         t[start:start + len(values)] = values.to(t.dtype)
 
+    def written(self, name: str) -> None:
+        """None: a checkpoint stores every row of an in-memory entry (the disk store answers which rows)."""
+        return None
+
     def whole(self, names: list[str]) -> dict[str, Tensor]:
         """The named entries for every client of the block (``after_round``'s state)."""
         return {name: self.tensors[name] for name in names}
