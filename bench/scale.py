@@ -44,7 +44,7 @@ def one_run(root: Path, algorithm: str, n: int, args: argparse.Namespace) -> dic
            "data.synthetic_fedprox.beta=1", "model.name=bench.scale:mlp", "local.steps=2", "local.batch_size=32",
            "local.lr=0.01", "local.strategy=sequential", "participation.pattern=uniform",
            f"participation.clients_per_round={args.cohort}", f"algorithm.name={algorithm}", "eval.every=0",
-           "checkpoint.every=10", "checkpoint.keep=1", "state.store=disk", f"state.dir={scratch}"]
+           "eval.clients=100", "checkpoint.every=10", "checkpoint.keep=1", "state.store=disk", f"state.dir={scratch}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     started = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, cwd=REPO, stdout=sys.stderr)
