@@ -297,6 +297,16 @@ class CheckpointConfig:
 
 
 @dataclass
+class StateConfig:
+    """Where the per-client state lives (docs/scale.md): ``memory`` (tensors), ``disk`` (vector entries in
+    sparse files under ``dir``: node-local scratch on a cluster; default the run directory) or ``auto``
+    (memory while the state fits, else disk)."""
+
+    store: Literal["auto", "memory", "disk"] = "auto"
+    dir: str | None = None
+
+
+@dataclass
 class AsyncConfig:
     """Buffered asynchronous server steps (FADAS/FedBuff; docs/algorithms/fadas_fedcada_fafed_async.md).
     When enabled, ``participation`` is not used: ``concurrency`` clients train at once, each with a
@@ -366,6 +376,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    state: StateConfig = field(default_factory=StateConfig)
     asynchrony: AsyncConfig = field(default_factory=AsyncConfig)
     corruption: CorruptionConfig = field(default_factory=CorruptionConfig)
 

@@ -14,8 +14,11 @@ and implements four rules over tensors with a leading client dimension ``[C, ...
 * ``local_plan``: where local training starts, the gradient correction and the local optimizer;
 * ``client_finish``: from the local result, the upload and the new per-client state;
 * ``server_update``: from the summed uploads, the new server state;
-* ``after_round`` (optional): block-wide bookkeeping for all of a rank's clients, active or not,
-  given the next round's downlink (FedAU's interval counters, FedAWE's model echo).
+* ``active_update`` (optional): the new state of this round's consumed clients given the next round's
+  downlink (FedAWE's x_own, FAFED's synced m_i): the only rule after the round that may change a vector
+  entry, so its cost is the rows that change, whatever the number of clients;
+* ``after_round`` (optional): block-wide bookkeeping of the scalar entries of all of a rank's clients,
+  active or not (FedAU's interval counters, FedAWE's echo counts).
 
 From the declaration the runtime derives allocation, sharding by client block, the flat reduce and
 broadcast layouts, checkpoint contents and communication accounting.
@@ -83,10 +86,22 @@ class Algorithm:
                       ctx: RoundContext) -> dict[str, Tensor]:
         raise NotImplementedError
 
+    def defines(self, rule: str) -> bool:
+        """Whether this algorithm has its own ``rule`` (``active_update``, ``after_round``): the engine skips an
+        optional rule the algorithm leaves at its default, which changes nothing."""
+        return getattr(type(self), rule) is not getattr(Algorithm, rule)
+
+    def active_update(self, down_next: dict[str, Tensor], state: dict[str, Tensor],
+                      ctx: RoundContext) -> dict[str, Tensor]:
+        """The new rows of the entries that change for the clients consumed this round: ``state`` holds their
+        client entries (``[A, ...]``); returns only the changed entries (default: none)."""
+        return {}
+
     def after_round(self, down_next: dict[str, Tensor], state: dict[str, Tensor], active: Tensor,
                     ctx: RoundContext) -> dict[str, Tensor]:
-        """Block-wide update of every local client's state; ``active`` is a bool ``[C_block]`` mask."""
-        return state
+        """Block-wide update of the scalar client entries (``state``: each ``[C_block]``); ``active`` is a bool
+        ``[C_block]`` mask of the clients consumed this round. Returns the changed entries (default: none)."""
+        return {}
 
 
 ServerRule = Callable[[Algorithm, dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]

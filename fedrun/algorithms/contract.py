@@ -77,6 +77,19 @@ class CheckedAlgorithm(Algorithm):
                             complete=True)
         return new
 
+    def defines(self, rule: str) -> bool:
+        return self.inner.defines(rule)
+
+    def active_update(self, down_next: dict[str, Tensor], state: dict[str, Tensor],
+                      ctx: RoundContext) -> dict[str, Tensor]:
+        new = self._call("active_update", self.inner.active_update, down_next, state, ctx)
+        if not isinstance(new, dict):
+            self._fail("active_update", f"returned {type(new).__name__}; expected a dict of client entries")
+        rows = len(next(iter(state.values()))) if state else 0
+        self._check_entries("active_update", "client state", new, self.decl.client, ctx.dim, down_next["x"].dtype,
+                            (rows,), complete=False, passed=state)
+        return new
+
     def after_round(self, down_next: dict[str, Tensor], state: dict[str, Tensor], active: Tensor,
                     ctx: RoundContext) -> dict[str, Tensor]:
         new = self._call("after_round", self.inner.after_round, down_next, state, active, ctx)

@@ -177,12 +177,12 @@ class FAFED(Algorithm):
             return {**{k: w * v for k, v in up.items()}, "weight": clients.num_examples}, state
         return up, state
 
-    def after_round(self, down_next: dict[str, Tensor], state: dict[str, Tensor], active: Tensor,
-                    ctx: RoundContext) -> dict[str, Tensor]:
+    def active_update(self, down_next: dict[str, Tensor], state: dict[str, Tensor],
+                      ctx: RoundContext) -> dict[str, Tensor]:
         """The original FAFED's sync: a participating worker's m_i becomes the averaged m (x_i^prev is kept)."""
         if not self.hp.persist_client_state or int(down_next["rounds"]) <= (self.hp.bootstrap == "round"):
-            return state
-        return {**state, "m_i": torch.where(rows(active), down_next["m"], state["m_i"])}
+            return {}
+        return {"m_i": down_next["m"].unsqueeze(0).expand_as(state["m_i"])}
 
     @unchanged_if_empty
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],

@@ -84,8 +84,10 @@ class FedAWE(Algorithm):
         x = up["x_own"] / n + self.hp.global_lr * clip_norm(up["echo_update"] / n, self.hp.clip)
         return {**server, "x": x}
 
+    def active_update(self, down_next: dict[str, Tensor], state: dict[str, Tensor],
+                      ctx: RoundContext) -> dict[str, Tensor]:
+        return {"x_own": down_next["x"].unsqueeze(0).expand_as(state["x_own"])}
+
     def after_round(self, down_next: dict[str, Tensor], state: dict[str, Tensor], active: Tensor,
                     ctx: RoundContext) -> dict[str, Tensor]:
-        x_own = torch.where(rows(active), down_next["x"].unsqueeze(0), state["x_own"])
-        echo = torch.where(active, torch.ones_like(state["echo"]), state["echo"] + 1)
-        return {**state, "x_own": x_own, "echo": echo}
+        return {"echo": torch.where(active, torch.ones_like(state["echo"]), state["echo"] + 1)}

@@ -59,3 +59,24 @@ def crc32_combine(crc_a: int, crc_b: int, len_b: int) -> int:
     """CRC-32 of A + B from crc32(A), crc32(B) and len(B) in bytes."""
     return _mul_mod_p(_x_pow_8n(len_b), crc_a) ^ crc_b if len_b else crc_a
 
+
+@lru_cache(maxsize=16)
+def _fill_crc(fill: bytes, size: int) -> int:
+    return zlib.crc32(fill * (size // len(fill)))
+
+
+def fill_crc(fill: Any, dtype: np.dtype, size: int) -> int:
+    """CRC-32 of ``size`` bytes of the value ``fill`` stored as ``dtype`` (a chunk HDF5 never allocated)."""
+    return _fill_crc(np.asarray(fill, dtype=dtype).tobytes(), int(size))
+
+
+def crc32_repeat(crc: int, length: int, times: int) -> int:
+    """CRC-32 of ``times`` copies of a block of ``length`` bytes whose CRC-32 is ``crc`` (by doubling:
+    log2(times) combines, so a million skipped chunks cost microseconds)."""
+    out, out_len, part, part_len = 0, 0, crc, length
+    while times:
+        if times & 1:
+            out, out_len = crc32_combine(out, part, part_len), out_len + part_len
+        part, part_len = crc32_combine(part, part, part_len), 2 * part_len
+        times >>= 1
+    return out

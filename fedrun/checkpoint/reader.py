@@ -16,7 +16,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from fedrun.checkpoint.crc import crc32, crc32_combine
+from fedrun.checkpoint.crc import crc32, crc32_combine, crc32_repeat, fill_crc
 from fedrun.checkpoint.files import checkpoint_round, list_checkpoints
 from fedrun.checkpoint.format import FORMAT_VERSION, META_NAMES, error_line, is_string
 from fedrun.errors import CheckpointError
@@ -175,6 +175,17 @@ class CheckpointReader:
                 raise self._error(f"checksum mismatch in {path} rows {row}:{min(row + b, n)}")
         return data if (lo, hi) == (start, stop) else data[start - lo : stop - lo].copy()
 
+    def allocated_rows(self, path: str) -> list[tuple[int, int]]:
+        """The row ranges of the chunks HDF5 allocated for a chunked ``[N, ...]`` dataset, in order (rows
+        outside them read as the fill value: passed over by :meth:`CheckpointWriter.skip_rows`)."""
+        ds = self._dataset(path)
+        if ds.chunks is None or ds.ndim == 0:
+            return [(0, ds.shape[0] if ds.ndim else 0)]
+        b, n = ds.chunks[0], ds.shape[0]
+        with self._reading(path):
+            firsts = sorted(ds.id.get_chunk_info(i).chunk_offset[0] for i in range(ds.id.get_num_chunks()))
+        return [(lo, min(n, lo + b)) for lo in firsts]
+
     def verify(self, paths: list[str] | None = None) -> None:
         """Check the CRC-32 of every dataset (or of ``paths``), reading big ones a slice at a time."""
         for path in self.datasets() if paths is None else paths:
@@ -192,6 +203,9 @@ class CheckpointReader:
         b = int(ds.attrs["crc32_block_rows"]) if blocks is not None else 1
         step = max(1, _READ_SLICE_BYTES // row_bytes // b) * b  # whole blocks per slice
         crc = 0
+        if blocks is not None and ds.chunks is not None and ds.chunks[0] == b and len(blocks) == -(-n // b):
+            self._verify_sparse(path, ds, np.asarray(blocks), b, row_bytes, expected)
+            return
         with self._reading(path):
             for lo in range(0, n, step):
                 data = ds[lo : min(n, lo + step)]
@@ -204,6 +218,45 @@ class CheckpointReader:
                     if block_crc != int(blocks[row // b]):
                         raise self._error(f"checksum mismatch in {path} rows {row}:{min(row + b, n)}")
                     crc = crc32_combine(crc, block_crc, piece.nbytes)
+        if crc != expected:
+            raise self._error(f"checksum mismatch in {path}")
+
+
+    def _verify_sparse(self, path: str, ds: h5py.Dataset, blocks: np.ndarray, b: int, row_bytes: int,
+                       expected: int) -> None:
+        """Verify a chunked dataset chunk by chunk: an allocated chunk is read and checked, a chunk HDF5 never
+        allocated holds the fill value, whose CRC is known without reading; runs of them combine at once."""
+        n = ds.shape[0]
+        allocated = [lo // b for lo, _ in self.allocated_rows(path)]
+        crc, done = 0, 0  # done: chunks combined so far
+
+        def fill_run(upto: int) -> None:  # chunks done .. upto - 1, none allocated
+            nonlocal crc, done
+            full = min(upto, n // b) - done  # whole fill chunks, then possibly the short last one
+            if full > 0:
+                want = fill_crc(ds.fillvalue, ds.dtype, b * row_bytes)
+                bad = np.flatnonzero(blocks[done:done + full] != want)
+                if len(bad):
+                    row = (done + int(bad[0])) * b
+                    raise self._error(f"checksum mismatch in {path} rows {row}:{min(row + b, n)}")
+                crc = crc32_combine(crc, crc32_repeat(want, b * row_bytes, full), full * b * row_bytes)
+                done += full
+            if done < upto:  # the short last chunk
+                size = (n - done * b) * row_bytes
+                block_crc = fill_crc(ds.fillvalue, ds.dtype, size)
+                if block_crc != int(blocks[done]):
+                    raise self._error(f"checksum mismatch in {path} rows {done * b}:{n}")
+                crc, done = crc32_combine(crc, block_crc, size), done + 1
+
+        for k in allocated:
+            fill_run(k)
+            with self._reading(path):
+                piece = ds[k * b : min(n, (k + 1) * b)]
+            block_crc = crc32(piece)
+            if block_crc != int(blocks[k]):
+                raise self._error(f"checksum mismatch in {path} rows {k * b}:{min(n, (k + 1) * b)}")
+            crc, done = crc32_combine(crc, block_crc, piece.nbytes), k + 1
+        fill_run(len(blocks))
         if crc != expected:
             raise self._error(f"checksum mismatch in {path}")
 

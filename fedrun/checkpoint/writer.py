@@ -25,7 +25,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from fedrun.checkpoint.crc import crc32, crc32_combine
+from fedrun.checkpoint.crc import crc32, crc32_combine, crc32_repeat, fill_crc
 from fedrun.checkpoint.files import (
     checkpoint_name,
     fsync_directory,
@@ -220,8 +220,10 @@ class CheckpointWriter:
         dtype: Any = np.float32,
         *,
         rows_per_chunk: int | None = None,
+        fill: float = 0.0,
     ) -> None:
-        """Declare a ``[num_rows, *row_shape]`` dataset to be filled by :meth:`write_rows`, in order."""
+        """Declare a ``[num_rows, *row_shape]`` dataset to be filled by :meth:`write_rows`, in order; whole
+        chunks of rows that are all ``fill`` may be passed over with :meth:`skip_rows` (never allocated)."""
         self._new_path(path)
         row_shape = (row_shape,) if isinstance(row_shape, int) else tuple(int(s) for s in row_shape)
         dtype = np.dtype(dtype)
@@ -235,7 +237,7 @@ class CheckpointWriter:
         rows_per_chunk = max(1, min(int(rows_per_chunk), num_rows, _CHUNK_MAX_BYTES // max(1, row_bytes)))
         chunks = (rows_per_chunk, *row_shape) if num_rows > 0 and all(row_shape) else None
         with self._failure(f"creating {path}"):
-            ds = self._h5().create_dataset(path, shape=shape, dtype=dtype, chunks=chunks)
+            ds = self._h5().create_dataset(path, shape=shape, dtype=dtype, chunks=chunks, fillvalue=fill)
         stream = _RowStream(ds, int(num_rows), row_shape, dtype, rows_per_chunk)
         self._streams[path] = stream
         if num_rows == 0:
@@ -280,6 +282,29 @@ class CheckpointWriter:
                     s.crc = crc32_combine(s.crc, s.block_crc, s.block_bytes)
                     s.block_crc = s.block_bytes = 0
                 row = end
+            s.next_row = stop
+            if stop == s.num_rows:
+                s.finish()
+
+    def skip_rows(self, path: str, start: int, stop: int) -> None:
+        """Pass over rows ``start:stop`` (whole chunks, or up to the last row), all equal to the dataset's fill
+        value: HDF5 allocates no chunk for them and reads them back as the fill value; their CRC-32 is that of
+        the fill bytes (:func:`fill_crc`), so a checkpoint of sparse client state costs the rows written."""
+        s = self._streams.get(path)
+        if s is None:
+            raise CheckpointError(f"{path}: call create_rows() before skip_rows()")
+        b = s.block_rows
+        if start != s.next_row or start % b or not (stop % b == 0 or stop == s.num_rows) or stop > s.num_rows:
+            raise CheckpointError(f"{path}: can skip only whole chunks of {b} rows from row {s.next_row}, "
+                                  f"got {start}:{stop}")
+        row_bytes = s.dtype.itemsize * int(np.prod(s.row_shape, dtype=np.int64))
+        whole, rest = (stop - start) // b, (stop - start) % b
+        with self._failure(f"skipping {path} rows {start}:{stop}"):
+            for count, rows in ((whole, b), (1 if rest else 0, rest)):  # the whole chunks, then a last short one
+                if count:
+                    crc = fill_crc(s.dataset.fillvalue, s.dtype, rows * row_bytes)
+                    s.blocks.extend([crc] * count)
+                    s.crc = crc32_combine(s.crc, crc32_repeat(crc, rows * row_bytes, count), count * rows * row_bytes)
             s.next_row = stop
             if stop == s.num_rows:
                 s.finish()

@@ -12,6 +12,7 @@ examples are split off its partition first (its training examples are the rest).
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from fedrun.data.builtin import least_squares_x0
 from fedrun.data.client_block import ClientBlock
 from fedrun.data.client_source import ArraySource, ClientSource
 from fedrun.data.partition import partition, split_client_tests
-from fedrun.data.sizes import check_memory
+from fedrun.data.sizes import available_bytes, check_memory
 from fedrun.errors import ConfigError
 from fedrun.federation.blocks import Placement, assign_blocks, round_work
 from fedrun.federation.client_eval import ClientEval
@@ -39,8 +40,10 @@ from fedrun.federation.exchange import Exchange, check_gathered_memory
 from fedrun.federation.schedule import Schedule, make_schedule, schedule_type
 from fedrun.models import build_model, uses_randomness
 from fedrun.preflight import check_model_fits_data
-from fedrun.protocol import Declaration
+from fedrun.protocol import Declaration, Entry, Vector
 from fedrun.runtime.world import World
+from fedrun.state.choice import StorePlan, choose
+from fedrun.state.disk import DiskStore
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn, loss_for
@@ -80,6 +83,7 @@ class Setup:
     strategy_timings: dict[str, float]
     corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
     client_eval: ClientEval | None = None  # per-client evaluation (per-client test data: docs/evaluation.md)
+    store_choice: str = ""  # where the client state lives and why (the start-up line)
 
 
 @dataclass
@@ -91,7 +95,7 @@ class RunState:
 
     next_round: int
     server: dict[str, Tensor]
-    clients: ClientStore
+    clients: ClientStore | DiskStore
     schedule: Schedule
     delay: DelayTracker
     strategy: str  # the local-training strategy (kept on resume)
@@ -143,7 +147,9 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     test_rows = slice(int(share[0]) * batch, (int(share[-1]) + 1) * batch) if len(share) else slice(0, 0)
 
     schedule = make_schedule(cfg, num_clients, dtype, world.device)
-    clients = ClientStore((*decl.client, *schedule.held_entries(decl.up)), block.num_clients, x0)
+    clients, store_choice = _client_store(cfg, world, run_dir,
+                                          (*decl.client, *schedule.held_entries(decl.up)), block.num_clients, x0,
+                                          schedule.cohort)
     server = init_server(decl.server, x0) if world.is_root else {}
     exchange = Exchange(decl, model.dim, world, dtype, cfg.run.skip_nonfinite_clients)
     exchange.publish(server)
@@ -160,12 +166,37 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients,
                   total_examples=float(sizes.sum()), dim=model.dim,
                   placement=Placement(mode, blocks, work, block, world.rank, world.size), learner=learner,
-                  algorithm=algorithm, decl=decl, exchange=exchange, strategy_timings=timings, corruption=corruption)
+                  algorithm=algorithm, decl=decl, exchange=exchange, strategy_timings=timings, corruption=corruption,
+                  store_choice=store_choice)
     if source.test_examples is not None:
         setup.client_eval = ClientEval(cfg, world, source, blocks, dtype, learner.classification)
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
                      delay=DelayTracker(num_clients), strategy=strategy)
     return setup, state
+
+
+def _client_store(cfg: Config, world: World, run_dir: Path | None,
+                  entries: tuple[Entry, ...], num_clients: int, x0: Tensor, cohort: int,
+                  ) -> tuple[ClientStore | DiskStore, str]:
+    """The store ``state.store`` asks for (``auto``: :func:`fedrun.state.choice.choose`) under ``state.dir``
+    (default: the run directory, else the temporary directory), and where it keeps the state and why."""
+    directory = Path(cfg.state.dir) if cfg.state.dir else (run_dir or Path(tempfile.gettempdir()))
+    vectors = [e for e in entries if isinstance(e, Vector)]
+    plan = StorePlan(rows=num_clients, dim=x0.numel(), vectors=len(vectors), scalars=len(entries) - len(vectors),
+                     itemsize=x0.element_size(), touched_rows=cfg.run.rounds * cohort)
+    choice: tuple[str, str] | str = ""
+    if world.is_root:  # one choice for every rank (a checkpoint streams every rank's rows alike)
+        try:
+            choice = choose(cfg.state.store, plan, directory, available_bytes())
+        except ConfigError as err:
+            choice = str(err)
+    choice = world.broadcast_object(choice)
+    if isinstance(choice, str):
+        raise ConfigError(choice)
+    kind, why = choice
+    if kind == "memory":
+        return ClientStore(entries, num_clients, x0), f"in memory ({why})"
+    return DiskStore(entries, num_clients, x0, directory, f"rank{world.rank}"), f"on disk ({why})"
 
 
 def _client_data(cfg: Config, seed: int) -> ClientSource:

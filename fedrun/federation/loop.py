@@ -122,6 +122,7 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
         print(f"fedrun: local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
+        print(f"fedrun: client state {setup.store_choice}", flush=True)
     bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
     every = cfg.checkpoint.every
     halted, first = False, state.next_round
@@ -231,14 +232,14 @@ class RuntimeLog:
     memory at the end."""
 
     def __init__(self, setup: Setup, state: RunState, run_dir: Path | None, resume_s: float | None) -> None:
-        self.world = setup.world
+        self.world, self.clients = setup.world, state.clients
         self.path = None if run_dir is None or not self.world.is_root else run_dir / "runtime.json"
         self.data: dict[str, Any] = {
             "provenance": provenance(self.world),  # collective: the ranks' host names
             "ranks": self.world.size, "device": str(self.world.device), "backend": self.world.backend,
             "launcher": self.world.launcher, "network": self.world.network,
             "placement": setup.placement.mode, "blocks": setup.placement.blocks, "dim": setup.dim,
-            "client_state_bytes_per_rank": state.clients.nbytes,
+            "client_state_bytes_per_rank": state.clients.nbytes, "client_store": setup.store_choice,
             "local_strategy": state.strategy, "strategy_timings_s": setup.strategy_timings,
             "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],
         }
@@ -252,6 +253,7 @@ class RuntimeLog:
     def finish(self) -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB -> MiB on Linux
         self.data["peak_rss_mib_per_rank"] = self.world.allgather_object(round(peak, 1))
+        self.data["client_state_disk_bytes_per_rank"] = self.world.allgather_object(self.clients.disk_bytes)
         self._write()
 
     def _write(self) -> None:

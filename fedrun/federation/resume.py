@@ -31,6 +31,7 @@ CHANGEABLE = (
     "run.placement",  # which rank trains whom: the order of float sums, as a different number of ranks
     "local.strategy",  # a resumed run keeps its checkpoint's strategy (docs/engine.md)
     "eval.", "checkpoint.", "metrics.",
+    "state.",  # where the client state lives, not what it is
 )
 _ABSENT = "<absent>"
 

@@ -10,7 +10,8 @@ Round (or asynchronous server step) t, on every rank; the runtime never knows wh
 4. the schedule releases this rank's consumed uploads; sum them (gathered entries: place their rows),
    store the trained clients' new state (not a dropped client's) and join ONE reduce to rank 0;
 5. rank 0 applies the server rule and publishes the next downlink in ONE broadcast;
-6. block-wide client bookkeeping (``after_round``), delay metrics, evaluation, the metrics record.
+6. the consumed clients' update (``active_update``, on their rows) and the block-wide bookkeeping of the
+   scalar client entries (``after_round``), delay metrics, evaluation, the metrics record.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from fedrun.federation.exchange import Uplink, finite_uploads
 from fedrun.federation.schedule import Step
 from fedrun.metrics.fingerprint import fingerprint
 from fedrun.metrics.per_client import summary
-from fedrun.protocol import Clients, LocalResult, RoundContext
+from fedrun.protocol import Clients, LocalResult, RoundContext, Vector
 from fedrun.runtime.exact_sum import all_reduce_exact_sum
 from fedrun.training.evaluate import evaluate_examples
 from fedrun.training.gradients import local_oracle
@@ -80,8 +81,7 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
     # 6. bookkeeping for every client of the block, delay metrics, evaluation
     mask = torch.zeros(placement.block.num_clients, dtype=torch.bool, device=world.device)
     mask[torch.as_tensor(consumed, device=world.device, dtype=torch.long)] = True
-    algo_state = {e.name: state.clients.tensors[e.name] for e in setup.decl.client}
-    state.clients.tensors.update(setup.algorithm.after_round(outcome.down_next, algo_state, mask, ctx))
+    update_clients(setup, state, outcome.down_next, consumed, mask, ctx)
     delays = state.delay.update(arrived)
     delays.pop("round")  # the tracker's own 0-based counter; user-visible rounds count from 1 (README)
     entry: dict[str, Any] = {"round": t + 1, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
@@ -136,6 +136,21 @@ def store_state(setup: Setup, state: RunState, rows: np.ndarray, new_state: dict
     if not keep.all():
         new_state = {name: value[torch.as_tensor(keep, device=value.device)] for name, value in new_state.items()}
     state.clients.scatter(rows_index(setup, rows[keep]), new_state)
+
+
+def update_clients(setup: Setup, state: RunState, down_next: dict[str, Tensor], consumed: np.ndarray,
+                   mask: Tensor, ctx: RoundContext) -> None:
+    """The algorithm's rules after the round: ``active_update`` on the rows of this rank's consumed clients
+    (block rows ``consumed``, ``mask`` as a bool mask of the block), then ``after_round`` on the block's scalar
+    entries; each runs only when the algorithm has one (the defaults change nothing)."""
+    algorithm, store = setup.algorithm, state.clients
+    if algorithm.defines("active_update") and len(consumed):
+        index = rows_index(setup, consumed)
+        rows = store.gather(index, [e.name for e in setup.decl.client])
+        store.scatter(index, algorithm.active_update(down_next, rows, ctx))
+    if algorithm.defines("after_round"):
+        scalars = [e.name for e in setup.decl.client if not isinstance(e, Vector)]
+        store.replace(algorithm.after_round(down_next, store.whole(scalars), mask, ctx))
 
 
 def rows_index(setup: Setup, rows: np.ndarray) -> Tensor:

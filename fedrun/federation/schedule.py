@@ -260,11 +260,10 @@ class Buffered:
         store.scatter(rows, {PENDING + name: value for name, value in uploads.items()})
 
     def release(self, store: ClientStore, rows: Tensor) -> dict[str, Tensor]:
-        parked = [name for name in store.tensors if name.startswith(PENDING)]
-        uploads = {name.removeprefix(PENDING): store.tensors[name].index_select(0, rows) for name in parked}
-        for name in parked:  # the consumed uploads leave their rows
-            store.tensors[name][rows] = 0
-        return uploads
+        parked = [e.name for e in store.entries if e.name.startswith(PENDING)]
+        held = store.gather(rows, parked)
+        store.scatter(rows, {name: torch.zeros_like(value) for name, value in held.items()})  # they leave
+        return {name.removeprefix(PENDING): value for name, value in held.items()}
 
     @staticmethod
     def layout(num_clients: int) -> dict[str, tuple[int, ...]]:

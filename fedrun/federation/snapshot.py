@@ -43,6 +43,7 @@ from fedrun.metrics.log import json_line
 from fedrun.protocol import Scalar, Vector
 
 _CHUNK_BYTES = 8 << 20  # rows of client state sent to rank 0 at a time
+_SPARSE_CHUNK_BYTES = 64 << 10  # rows per HDF5 chunk of a sparse (disk store) entry: one row of a large model
 
 
 def save(setup: Setup, state: RunState) -> Path | None:
@@ -98,27 +99,57 @@ def save(setup: Setup, state: RunState) -> Path | None:
 
 def _gather_rows(setup: Setup, state: RunState, writer: CheckpointWriter | None, name: str, vector: bool,
                  attempt) -> None:
-    world = setup.world
-    local = state.clients.tensors[name]
+    world, store = setup.world, state.clients
+    local = store.block(name, 0, 0)  # no rows: the dtype and device
     row_shape = (setup.dim,) if vector else ()
     row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * local.element_size())
     chunk = max(1, _CHUNK_BYTES // row_bytes)
     path = f"clients/{name}"
+    written = store.written(name)
+    fill = 0.0
+    if written is not None:  # small chunks, so that a chunk holding one written row costs about that row
+        chunk, fill = max(1, _SPARSE_CHUNK_BYTES // row_bytes), store.fill(name)
     if writer is not None:
-        attempt(writer.create_rows, path, setup.num_clients, row_shape, _numpy_dtype(local), rows_per_chunk=chunk)
-    for rank, (first, stop) in enumerate(setup.placement.blocks):
-        for start in range(first, stop, chunk):
-            end = min(stop, start + chunk)
-            if rank == world.rank:
-                rows = local[start - first:end - first].contiguous()
-                if world.is_root:
-                    attempt(_write_rows, writer, path, start, rows)
-                else:
-                    dist.send(rows, dst=0)
-            elif world.is_root:
-                rows = torch.empty((end - start, *row_shape), dtype=local.dtype, device=local.device)
-                dist.recv(rows, src=rank)  # received even when the file failed: the sender must not block
-                attempt(_write_rows, writer, path, start, rows)
+        attempt(writer.create_rows, path, setup.num_clients, row_shape, _numpy_dtype(local), rows_per_chunk=chunk,
+                fill=fill)
+    if written is None:  # every row, each rank's block in chunks
+        for rank, (first, stop) in enumerate(setup.placement.blocks):
+            for start in range(first, stop, chunk):
+                _send_rows(setup, store, writer, name, rank, start, min(stop, start + chunk), row_shape, attempt)
+        return
+    # the chunks holding a row ever written, from their owners; the others are skipped (their rows are `fill`)
+    chunk = max(1, min(chunk, setup.num_clients))
+    first = setup.placement.first
+    mine = np.unique((np.flatnonzero(written) + first) // chunk).tolist()
+    done = 0
+    for k in sorted(set().union(*world.allgather_object(mine))):
+        lo, hi = k * chunk, min(setup.num_clients, (k + 1) * chunk)
+        if lo > done and writer is not None:
+            attempt(writer.skip_rows, path, done, lo)
+        for rank, (first, stop) in enumerate(setup.placement.blocks):
+            if max(lo, first) < min(hi, stop):
+                _send_rows(setup, store, writer, name, rank, max(lo, first), min(hi, stop), row_shape, attempt)
+        done = hi
+    if done < setup.num_clients and writer is not None:
+        attempt(writer.skip_rows, path, done, setup.num_clients)
+
+
+def _send_rows(setup: Setup, store, writer: CheckpointWriter | None, name: str, rank: int, start: int, end: int,
+               row_shape: tuple[int, ...], attempt) -> None:
+    """Client rows ``start:end`` (global ids, all of block ``rank``) from their owner into the file on rank 0."""
+    world, path = setup.world, f"clients/{name}"
+    first = setup.placement.blocks[rank][0]
+    if rank == world.rank:
+        rows = store.block(name, start - first, end - first).contiguous()
+        if world.is_root:
+            attempt(_write_rows, writer, path, start, rows)
+        else:
+            dist.send(rows, dst=0)
+    elif world.is_root:
+        local = store.block(name, 0, 0)
+        rows = torch.empty((end - start, *row_shape), dtype=local.dtype, device=local.device)
+        dist.recv(rows, src=rank)  # received even when the file failed: the sender must not block
+        attempt(_write_rows, writer, path, start, rows)
 
 
 def _write_rows(writer: CheckpointWriter | None, path: str, start: int, rows: torch.Tensor) -> None:
@@ -230,8 +261,17 @@ def restore(setup: Setup, state: RunState, path: Path) -> None:
             state.server = {e.name: _tensor(ckpt.read(f"server/{e.name}"), device, dtype) for e in setup.decl.server}
         first, stop = setup.placement.blocks[setup.world.rank]
         for entry in state.clients.entries:
-            rows = ckpt.read_rows(f"clients/{entry.name}", first, stop)  # checks the CRCs of these rows
-            state.clients.tensors[entry.name] = _tensor(rows, device, dtype)
+            name = f"clients/{entry.name}"
+            row_bytes = (setup.dim if isinstance(entry, Vector) else 1) * torch.empty(0, dtype=dtype).element_size()
+            chunk = max(1, _CHUNK_BYTES // row_bytes)
+            spans = [(first, stop)]
+            if state.clients.written(entry.name) is not None:  # a fresh sparse store: only the chunks written
+                spans = [(max(lo, first), min(hi, stop)) for lo, hi in ckpt.allocated_rows(name)
+                         if max(lo, first) < min(hi, stop)]
+            for lo, hi in spans:
+                for start in range(lo, hi, chunk):  # checks the CRCs of these rows
+                    rows = ckpt.read_rows(name, start, min(hi, start + chunk))
+                    state.clients.load(entry.name, start - first, _tensor(rows, device, dtype))
         try:
             state.schedule.load_state_dict({n: ckpt.read(f"schedule/{n}") for n in ckpt.names("schedule")})
         except CheckpointError as err:  # the schedule's state does not fit this run's config

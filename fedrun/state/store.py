@@ -2,6 +2,9 @@
 
 docs/design.md: per-client state lives on the rank that owns the client, as named
 ``[n_local, d]`` (vectors) and ``[n_local]`` (scalars) tensors; rank 0 holds only server entries.
+Two stores hold them behind one interface (gather and scatter of rows, a block slice for the checkpoint,
+rows loaded from one, the block-wide entries for ``after_round``): :class:`ClientStore` in memory (the
+default while the state fits) and :class:`fedrun.state.disk.DiskStore` on disk (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -27,15 +30,20 @@ def init_server(entries: tuple[Entry, ...], x0: Tensor) -> dict[str, Tensor]:
     return {e.name: initial_value(e, x0) for e in entries}
 
 
+def block_of(entry: Entry, num_clients: int, x0: Tensor) -> Tensor:
+    """``num_clients`` rows of the entry's declared initial value."""
+    value = initial_value(entry, x0)
+    return value.unsqueeze(0).repeat(num_clients, *([1] * value.dim()))
+
+
 class ClientStore:
-    """Named per-client tensors of one block of ``num_clients`` clients."""
+    """Named per-client tensors of one block of ``num_clients`` clients, in memory."""
+
+    kind = "memory"
 
     def __init__(self, entries: tuple[Entry, ...], num_clients: int, x0: Tensor) -> None:
         self.entries = entries
-        self.tensors: dict[str, Tensor] = {}
-        for e in entries:
-            value = initial_value(e, x0)
-            self.tensors[e.name] = value.unsqueeze(0).repeat(num_clients, *([1] * value.dim()))
+        self.tensors: dict[str, Tensor] = {e.name: block_of(e, num_clients, x0) for e in entries}
 
     def gather(self, rows: Tensor, names: list[str]) -> dict[str, Tensor]:
         """Copies of the ``rows`` of the named entries (none for an empty list)."""
@@ -47,10 +55,31 @@ class ClientStore:
             t = self.tensors[name]
             t.index_copy_(0, rows, value.to(t.dtype))
 
+    def block(self, name: str, start: int, stop: int) -> Tensor:
+        """Rows ``start:stop`` of the entry (what a checkpoint streams)."""
+        return self.tensors[name][start:stop]
+
+    def load(self, name: str, start: int, values: Tensor) -> None:
+        """Rows ``start .. start + len(values)`` of the entry from a checkpoint."""
+        t = self.tensors[name]
+        t[start:start + len(values)] = values.to(t.dtype)
+
+    def written(self, name: str) -> None:
+        """None: a checkpoint stores every row of an in-memory entry (the disk store answers which rows)."""
+        return None
+
+    def whole(self, names: list[str]) -> dict[str, Tensor]:
+        """The named entries for every client of the block (``after_round``'s state)."""
+        return {name: self.tensors[name] for name in names}
+
     def replace(self, values: dict[str, Tensor]) -> None:
-        for name in self.tensors:
-            self.tensors[name] = values[name]
+        """Replace the named entries by block-wide ``values`` (``after_round``'s result)."""
+        self.tensors.update(values)
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    @property
+    def disk_bytes(self) -> int:
+        return 0

@@ -1,0 +1,152 @@
+"""The client store on disk: each vector entry of a rank's block in one sparse file of ``[C, d]`` rows.
+
+A row is read and written whole at its offset ``row * d * itemsize`` (``os.preadv`` / ``os.pwrite``),
+so a round costs the cohort's rows, whatever the block size C. The file is created at its full length
+with ``ftruncate`` and never written where no client was: the file system allocates no blocks there
+(a sparse file), and a bool per client records which rows were written; a row never written reads as
+its declared initial value (zeros, x^(0) or a constant). Scalar entries (counters, probabilities) stay
+whole in memory: 8 bytes a client. The files are unlinked as soon as they are open, so they vanish with
+the process, however it ends; they are scratch, the checkpoint is the durable copy.
+
+Why plain files and not chunked HDF5: docs/scale.md has the measured comparison.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedrun.protocol import Entry, Vector
+from fedrun.state.store import block_of, initial_value
+
+
+class _RowFile:
+    """One entry's ``[C, d]`` rows in an anonymous sparse file, and which rows were ever written."""
+
+    def __init__(self, path: Path, num_rows: int, initial: Tensor) -> None:
+        self.initial = initial.cpu()
+        self.dtype = self.initial.numpy().dtype
+        self.row_bytes = self.initial.numel() * self.dtype.itemsize
+        self.written = np.zeros(num_rows, dtype=bool)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.unlink(path)
+        os.ftruncate(self.fd, num_rows * self.row_bytes)
+
+    def read(self, rows: np.ndarray) -> Tensor:
+        out = self.initial.unsqueeze(0).repeat(len(rows), 1)
+        view = out.numpy()
+        for i, row in enumerate(rows):
+            if self.written[row]:
+                os.preadv(self.fd, [view[i]], int(row) * self.row_bytes)
+        return out
+
+    def write(self, rows: np.ndarray, values: Tensor) -> None:
+        data = np.ascontiguousarray(values.detach().cpu().numpy().astype(self.dtype, copy=False))
+        for i, row in enumerate(rows):
+            os.pwrite(self.fd, data[i], int(row) * self.row_bytes)
+        self.written[rows] = True
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    @property
+    def disk_bytes(self) -> int:
+        return os.fstat(self.fd).st_blocks * 512
+
+
+class DiskStore:
+    """Named per-client tensors of one block of ``num_clients`` clients: vectors on disk under
+    ``directory``, scalars in memory. The interface of :class:`fedrun.state.store.ClientStore`."""
+
+    kind = "disk"
+
+    def __init__(self, entries: tuple[Entry, ...], num_clients: int, x0: Tensor, directory: Path,
+                 label: str) -> None:
+        self.entries = entries
+        self.device = x0.device
+        directory.mkdir(parents=True, exist_ok=True)
+        self.scalars: dict[str, Tensor] = {}
+        self.files: dict[str, _RowFile] = {}
+        for e in entries:
+            if isinstance(e, Vector):
+                path = directory / f".client_state_{label}_{e.name}.bin"
+                self.files[e.name] = _RowFile(path, num_clients, initial_value(e, x0))
+            else:
+                self.scalars[e.name] = block_of(e, num_clients, x0)
+
+    def gather(self, rows: Tensor, names: list[str]) -> dict[str, Tensor]:
+        """Copies of the ``rows`` of the named entries (none for an empty list)."""
+        index = rows.cpu().numpy()
+        return {name: self.files[name].read(index).to(self.device) if name in self.files
+                else self.scalars[name].index_select(0, rows) for name in names}
+
+    def scatter(self, rows: Tensor, values: dict[str, Tensor]) -> None:
+        """Write ``values[name]`` into the ``rows`` of each named entry."""
+        index = rows.cpu().numpy()
+        for name, value in values.items():
+            if name in self.files:
+                self.files[name].write(index, value)
+            else:
+                t = self.scalars[name]
+                t.index_copy_(0, rows, value.to(t.dtype))
+
+    def block(self, name: str, start: int, stop: int) -> Tensor:
+        """Rows ``start:stop`` of the entry (what a checkpoint streams)."""
+        if name in self.files:
+            return self.files[name].read(np.arange(start, stop)).to(self.device)
+        return self.scalars[name][start:stop]
+
+    def load(self, name: str, start: int, values: Tensor) -> None:
+        """Rows ``start .. start + len(values)`` of the entry from a checkpoint; a vector row equal to its
+        initial value is not written (it stays sparse)."""
+        if name not in self.files:
+            t = self.scalars[name]
+            t[start:start + len(values)] = values.to(t.dtype)
+            return
+        f = self.files[name]
+        values = values.to(device="cpu", dtype=f.initial.dtype).contiguous()
+        raw = values.numpy().view(np.uint8).reshape(len(values), -1)  # bit for bit: -0.0 is not 0.0
+        rows = np.flatnonzero((raw != f.initial.numpy().view(np.uint8)).any(axis=1))
+        f.write(rows + start, values[torch.as_tensor(rows)])
+
+    def written(self, name: str) -> np.ndarray | None:
+        """Which block rows of a vector entry with a constant initial value were ever written (the others hold
+        that constant, :meth:`fill`); None for an entry a checkpoint stores whole."""
+        f = self.files.get(name)
+        if f is None or not bool((f.initial == f.initial[0]).all()):
+            return None
+        return f.written
+
+    def fill(self, name: str) -> float:
+        """The constant initial value of an entry :meth:`written` answers for."""
+        return float(self.files[name].initial[0])
+
+    def whole(self, names: list[str]) -> dict[str, Tensor]:
+        """The named scalar entries for every client of the block (vector entries stay on disk)."""
+        on_disk = [name for name in names if name in self.files]
+        if on_disk:
+            raise ValueError(f"the disk store cannot hand out whole vector entries ({', '.join(on_disk)})")
+        return {name: self.scalars[name] for name in names}
+
+    def replace(self, values: dict[str, Tensor]) -> None:
+        self.whole(list(values))  # scalars only
+        self.scalars.update(values)
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes in memory: the scalars and the written-rows flags."""
+        return sum(t.numel() * t.element_size() for t in self.scalars.values()) + sum(
+            f.written.nbytes for f in self.files.values())
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes the files occupy on disk (their allocated blocks, not their length)."""
+        return sum(f.disk_bytes for f in self.files.values())

@@ -1,0 +1,137 @@
+"""The on-disk client store (fedrun.state.disk, state.store=disk): the same runs as the in-memory store, bit
+for bit, on real ranks; sparse files that cost only the rows written; the store choice and its refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from helpers import config, final_models, final_state, metrics, run_ranks, train_args
+
+from fedrun.checkpoint import CheckpointReader, CheckpointWriter
+from fedrun.errors import CheckpointError, ConfigError
+from fedrun.protocol import Scalar, Vector
+from fedrun.state.choice import StorePlan, choose
+from fedrun.state.disk import DiskStore
+from fedrun.state.store import ClientStore
+
+# every algorithm with per-client state (FedAWE and FAFED update the consumed clients' vectors after the round)
+STATEFUL = {
+    "scaffold": config("scaffold"),
+    "mifa": config("mifa"),
+    "fedvarp": config("fedvarp"),
+    "fedau": config("fedau"),
+    "fedsum_b": config("fedsum_b"),
+    "fedsum": config("fedsum"),
+    "fedsum_cr": config("fedsum_cr"),
+    "fadamgc": config("fadamgc", persist_moments=True),
+    "fedawe": config("fedawe"),
+    "fafed": config("fafed", persist_client_state=True),
+    "fadas_async": config("fadas", "asynchrony.enabled=true", "asynchrony.buffer_size=2",
+                          "asynchrony.concurrency=3"),
+}
+
+
+def _partial(cfg: dict, store: str, directory: Path) -> dict:
+    cfg = {**cfg, "participation": {"pattern": "uniform", "clients_per_round": 3}, "run": {**cfg["run"], "rounds": 6},
+           "state": {"store": store, "dir": str(directory)}}
+    return cfg
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [0, 2])
+def test_disk_store_runs_equal_memory_store_runs_bit_for_bit(tmp_path, ranks):
+    configs = {f"{name} {store}": _partial(cfg, store, tmp_path / "scratch")
+               for name, cfg in STATEFUL.items() for store in ("memory", "disk")}
+    models = final_models(ranks, tmp_path, configs)
+    for name in STATEFUL:
+        assert np.array_equal(models[f"{name} memory"], models[f"{name} disk"]), name
+    assert not list((tmp_path / "scratch").iterdir())  # the scratch files went with the processes
+
+
+def test_rows_never_written_read_their_initial_value_and_cost_no_disk(tmp_path):
+    x0 = torch.arange(1.0, 5.0, dtype=torch.float64)
+    entries = (Vector("c", "model"), Vector("h"), Scalar("n", 2.0))
+    disk = DiskStore(entries, 10_000, x0, tmp_path, "t")
+    memory = ClientStore(entries, 10_000, x0)
+    assert disk.disk_bytes == 0  # 10,000 x 4 float64 rows of length, none allocated
+    rows = torch.tensor([3, 9_999])
+    values = {"c": torch.tensor([[-0.0, 1, 2, 3], [4, 5, 6, 7]], dtype=torch.float64),
+              "n": torch.tensor([5.0, 6.0], dtype=torch.float64)}
+    for store in (disk, memory):
+        store.scatter(rows, values)
+    assert 0 < disk.disk_bytes <= 2 * 2 * 4096  # two rows, at most a page (block) each end
+    probe = torch.tensor([0, 3, 17, 9_999])
+    got, want = disk.gather(probe, ["c", "h", "n"]), memory.gather(probe, ["c", "h", "n"])
+    for name in want:
+        assert torch.equal(got[name], want[name]) and got[name].dtype == want[name].dtype, name
+    assert torch.signbit(got["c"][1, 0])  # bit for bit: -0.0 stays -0.0
+    assert torch.equal(disk.block("c", 9_990, 10_000), memory.block("c", 9_990, 10_000))
+    fresh = DiskStore(entries, 10_000, x0, tmp_path, "u")  # a checkpoint's rows loaded: only changed rows written
+    fresh.load("c", 0, memory.block("c", 0, 10_000))
+    assert torch.equal(fresh.block("c", 0, 10_000), memory.block("c", 0, 10_000))
+    assert int(fresh.files["c"].written.sum()) == 2
+    with pytest.raises(ValueError, match="c"):
+        disk.whole(["c"])
+    for store in (disk, fresh):
+        store.close()
+    assert not list(tmp_path.iterdir())
+
+
+def test_auto_takes_memory_while_it_fits_then_disk_then_refuses(tmp_path):
+    plan = StorePlan(rows=500_000, dim=100_000, vectors=2, scalars=1, itemsize=4, touched_rows=1_000)
+    assert choose("auto", plan, tmp_path, available=10**15)[0] == "memory"
+    kind, why = choose("auto", plan, tmp_path, available=2**30)
+    assert kind == "disk" and str(tmp_path) in why
+    big = StorePlan(rows=500_000, dim=100_000, vectors=2, scalars=1, itemsize=4, touched_rows=10**9)
+    with pytest.raises(ConfigError, match="state.dir="):  # 400 GB of rows to write fit no disk here
+        choose("auto", big, tmp_path, available=2**30)
+    with pytest.raises(ConfigError, match="state.store=memory"):
+        choose("memory", plan, tmp_path, available=2**30)
+
+
+@pytest.mark.mpi
+def test_disk_store_resumes_exactly_and_elastically(tmp_path):
+    """SCAFFOLD on disk: 2 ranks stopped after 6 rounds and resumed on 2 ranks equals an uninterrupted run on
+    the in-memory store bit for bit; resumed 2 -> 1 and 1 -> 2 ranks, to float rounding of the re-blocked sums."""
+    disk = ["algorithm.name=scaffold", "state.store=disk", f"state.dir={tmp_path / 'scratch'}"]
+    run_ranks(2, train_args(tmp_path / "whole", 12, ["algorithm.name=scaffold", "state.store=memory"]))
+    run_ranks(2, train_args(tmp_path / "cut", 6, disk))
+    run_ranks(2, train_args(tmp_path / "cut", 12, disk, resume=True))
+    whole, cut = final_state(tmp_path / "whole"), final_state(tmp_path / "cut")
+    assert all(np.array_equal(whole[k], cut[k]) for k in whole)
+    losses = [[m["train_loss"] for m in metrics(tmp_path / run)] for run in ("whole", "cut")]
+    assert losses[0] == losses[1]  # (the cut run also evaluated after its last round 6)
+    for first, then, name in ((2, 1, "down"), (1, 2, "up")):
+        run_ranks(first, train_args(tmp_path / name, 6, disk))
+        run_ranks(then, train_args(tmp_path / name, 12, disk, resume=True))
+        got = final_state(tmp_path / name)
+        for key in whole:
+            np.testing.assert_allclose(got[key], whole[key], rtol=1e-10, atol=1e-12, err_msg=f"{name} {key}")
+
+
+def test_checkpoint_rows_never_written_are_skipped_verified_and_read_as_fill(tmp_path):
+    """The writer passes over whole chunks of fill rows (HDF5 allocates nothing); the reader verifies them
+    from their CRC without reading and returns the fill value; a damaged written chunk is still named."""
+    rows = np.arange(20 * 1000, dtype=np.float32).reshape(20, 1000) + 1
+    with CheckpointWriter(tmp_path, 3, algorithm="scaffold", num_clients=1000, dim=1000) as w:
+        w.create_rows("clients/c_i", 1000, 1000, np.float32, rows_per_chunk=10, fill=0.0)
+        w.skip_rows("clients/c_i", 0, 30)
+        w.write_rows("clients/c_i", 30, rows[:10])
+        w.skip_rows("clients/c_i", 40, 500)
+        w.write_rows("clients/c_i", 500, rows[10:])
+        w.skip_rows("clients/c_i", 510, 1000)
+    path = tmp_path / "ckpt_00000003.h5"
+    assert path.stat().st_size < 200_000  # two chunks of 40 kB, not 1000 rows of 4 kB
+    with CheckpointReader(path) as r:
+        r.verify()
+        assert r.allocated_rows("clients/c_i") == [(30, 40), (500, 510)]
+        got = r.read_rows("clients/c_i", 25, 505)
+        assert not got[:5].any() and np.array_equal(got[5:15], rows[:10]) and np.array_equal(got[-5:], rows[10:15])
+    with h5py.File(path, "r+") as f:  # a flipped value in a written chunk
+        f["clients/c_i"][501, 7] = -1
+    with CheckpointReader(path) as r, pytest.raises(CheckpointError, match="rows 500:510"):
+        r.verify()
