@@ -53,6 +53,8 @@ def _fields(cls: type, prefix: str = "") -> list[tuple[str, typing.Any]]:
         name = f"{prefix}{f.name}"
         if name == "algorithm":  # open-ended: the algorithm's own Hparams (hand-written cases below)
             continue
+        if not f.init:  # not a key: derived when the config is built (a plugin's settings object)
+            continue
         if dataclasses.is_dataclass(tp):
             out += _fields(tp, name + ".")
         else:
