@@ -7,7 +7,7 @@ it runs, each part timed and printed as soon as it ends:
 
 1. NCCL: a one-rank NCCL process group and fedrun's own reduce and broadcast of a flat round buffer
    on the GPU (one GPU cannot host two NCCL ranks, so the group has one member).
-2. Strategies: ``local.strategy=auto``'s start-up timings of sequential, channels_last and vmap for the
+2. Strategies: ``local.strategy=fastest``'s start-up timings of sequential, channels_last and vmap for the
    FedSUM CNNs (MNIST, SVHN, CIFAR-10 shapes) and ResNet-18 (GroupNorm), 16 clients, batch 32.
 3. W1 on ResNet-18: FedAvg, 1000 clients of 50 CIFAR-shaped synthetic examples, cohort 50, 5 steps of
    batch 10 (as W1), one rank, each strategy forced: median s/round over rounds 3..end.
@@ -81,7 +81,7 @@ def strategy_timings(device: torch.device, quick: bool) -> list[dict]:
             "data.name=synthetic", f"data.synthetic.shape={shape}", "data.synthetic.examples_per_client=64",
             f"data.num_clients={4 if quick else 16}", "data.partition=iid", f"model.name={name}",
             "local.batch_size=32", "local.steps=2", "participation.pattern=full", "eval.every=0",
-            f"run.device={device.type}", "run.rounds=1"])
+            f"run.device={device.type}", "run.rounds=1", "local.strategy=fastest"])
         setup, state = build(cfg, World(rank=0, size=1, local_rank=0, device=device, backend="none"), None)
         timings = {k: round(v, 4) for k, v in setup.strategy_timings.items()}
         out.append({"model": name, "dim": setup.dim, "timings_s": timings, "chosen": state.strategy})
