@@ -121,8 +121,8 @@ class SyntheticFedproxConfig:
 
     alpha: float = 1.0  # std of u_k, the mean of client k's model W_k, b_k
     beta: float = 1.0  # std of B_k, the mean of client k's input mean v_k
-    dim: int = 60
-    classes: int = 10
+    dim: int = 60  # input dimension of x (the paper's 60)
+    classes: int = 10  # number of classes of y = argmax softmax(W_k x + b_k)
     max_examples: int = 5000  # client sizes 50 + floor(LogNormal(4, 2)) are clipped at this many
     test_fraction: float = 0.2  # client k also has max(1, round(test_fraction * n_k)) test examples
     test_clients: int = 1000  # the pooled test set: the test examples of a seeded sample of this many clients
@@ -302,8 +302,8 @@ class StateConfig:
     sparse files under ``dir``: node-local scratch on a cluster; default the run directory) or ``auto``
     (memory while the state fits, else disk)."""
 
-    store: Literal["auto", "memory", "disk"] = "auto"
-    dir: str | None = None
+    store: Literal["auto", "memory", "disk"] = "auto"  # auto: memory while the state fits, else disk
+    dir: str | None = None  # where the disk store's sparse files go (null: the run directory)
 
 
 @dataclass
