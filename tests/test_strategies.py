@@ -80,7 +80,7 @@ def test_a_client_trains_to_the_same_bits_alone_or_with_others(strategy):
     def trained(rows: list[int]) -> torch.Tensor:
         rows = np.asarray(rows)
         batches = block.batches(rows, 0, 0, 4, 3, None, True)
-        oracle, group = local_oracle(strategy, learner.model, learner.loss_fn, block, batches, rows, 0, 0,
+        oracle, group = local_oracle(strategy, learner.model, learner.loss_fn, batches, rows, 0, 0,
                                      learner.random_model)
         plan = LocalPlan(start=x0.expand(len(rows), -1))
         return run_local(plan, oracle, batches.sizes > 0, 0.05, setup.cfg.local, group).x_end
