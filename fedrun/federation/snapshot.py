@@ -16,7 +16,7 @@ their owner ranks in bounded chunks, so rank 0 never holds more than one chunk o
 On resume every rank reads only the rows of its own block, so a run can resume on a different number of
 ranks (the clients are re-blocked).
 
-All randomness is counter-based in (seed, round, client) (``fedrun.data.client_block.hash_keys``,
+All randomness is counter-based in (seed, round, client) (``fedrun.data.hashing.hash_keys``,
 per-round generators of the participation patterns), so restoring the round number restores every
 random stream: a resumed run is bit-identical to an uninterrupted one on the same number of ranks.
 """

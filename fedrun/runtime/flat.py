@@ -50,9 +50,3 @@ def broadcast_from_root(world: World, buf: Tensor) -> Tensor:
     if world.size > 1:
         dist.broadcast(buf, src=0)
     return buf
-
-
-def all_reduce_sum(world: World, buf: Tensor) -> Tensor:
-    if world.size > 1:
-        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
-    return buf
