@@ -11,6 +11,7 @@ against the adaptive server optimizers, with the FedSUM paper's MNIST CNN.
     python experiments/fmnist.py cases       # FedSUM and FedAvg under Cases 1-4 and biased sampling x 3 seeds
     python experiments/fmnist.py case2p      # FedSUM under Case 2 at five participation probabilities p
     python experiments/fmnist.py fadamgc     # FAdamGC against local Adam without correction (lr grid, 3 seeds)
+    python experiments/fmnist.py paper       # FedSUM, FedSUM-CR, MIFA, FedAvg at the paper's settings (N = 100)
     python experiments/fmnist.py report      # tables and plots from the committed summaries only
 
 The grids, runs and choices are in experiments/fmnist_runs.py (runs are cached by their summary JSON
@@ -36,6 +37,7 @@ from fmnist_runs import (
     fedadamom_specs,
     fedsum_specs,
     load,
+    paper_specs,
     lr_specs,
     run_all,
     tune_specs,
@@ -46,13 +48,15 @@ from fmnist_runs import (
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("step", choices=["lr", "fedsum", "tune", "tuned", "fedadamom", "ablation", "diagnose",
-                                         "cases", "case2p", "fadamgc", "report"])
+                                         "cases", "case2p", "fadamgc", "paper", "report"])
     parser.add_argument("--dry-run", action="store_true", help="list the runs that are not finished yet")
     parser.add_argument("--patterns", nargs="+", default=list(PATTERNS), choices=PATTERNS,
                         help="'tuned': the patterns to run")
     parser.add_argument("--alphas", type=float, nargs="+", default=list(ALPHAS), help="'fedadamom': Dirichlet alphas")
     parser.add_argument("--choose-from", type=float, default=None,
                         help="'fedadamom': skip the grids and use the values chosen at this alpha")
+    parser.add_argument("--shard", default="0/1", metavar="K/N",
+                        help="run every N-th unfinished run starting at the K-th (N processes share a step)")
     args = parser.parse_args()
     import torch
 
@@ -82,6 +86,8 @@ def main() -> None:
         specs = fedadamom_specs(seeds=SEEDS, choose=True, alphas=args.alphas, choose_from=args.choose_from)
     elif args.step == "cases":
         specs = case_specs()
+    elif args.step == "paper":
+        specs = paper_specs()
     elif args.step == "case2p":
         specs = case2p_specs()
     elif args.step == "fadamgc":
@@ -97,7 +103,8 @@ def main() -> None:
         for s in todo:
             print(" ", s["summary"])
         return
-    run_all(specs)
+    k, n = (int(v) for v in args.shard.split("/"))
+    run_all([sp for sp in specs if load(sp) is None][k::n])
     if args.step == "lr":
         rows = {lr: load(s) for lr, s in zip(LR_GRID, specs, strict=True)}  # noqa: B020
         print(f"FedAvg's best eta_0 (lowest f(x), P1, seed 0): {best(rows)}; set local.lr in {FEDSUM_BASE}")

@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 OUT = REPO / "docs" / "results" / "fmnist"
 FEDSUM_BASE = REPO / "configs" / "fmnist" / "fedsum_cnn.yaml"
 FEDADAMOM_BASE = REPO / "configs" / "fmnist" / "fedadamom_cnn.yaml"
+PAPER_BASE = REPO / "configs" / "fmnist" / "fedsum_paper.yaml"
 SEEDS = (0, 1, 2)
 PATTERNS = ("p1", "p2", "p3")
 
@@ -91,12 +92,13 @@ def base_config(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-def spec(group: str, label: str, base: Path, overrides: list[str], seed: int) -> dict:
+def spec(group: str, label: str, base: Path, overrides: list[str], seed: int, out: Path = OUT) -> dict:
+    """One run: ``base`` plus ``overrides`` at ``seed``; its summary goes to ``out/group/<name>.json``."""
     name = f"{label}_s{seed}".replace(" ", "").replace("(", "_").replace(")", "").replace("=", "")
     return {"group": group, "label": label, "seed": seed, "base": str(base.relative_to(REPO)),
             "overrides": [*overrides, f"run.seed={seed}", f"run.name={name}",
-                          f"run.dir=runs/fmnist/{group}/{name}"],
-            "summary": str((OUT / group / f"{name}.json").relative_to(REPO))}
+                          f"run.dir=runs/{out.name}/{group}/{name}"],
+            "summary": str((out / group / f"{name}.json").relative_to(REPO))}
 
 
 _TASKS: dict = {}
@@ -166,7 +168,9 @@ def run_one(s: dict) -> str:
     summary.parent.mkdir(parents=True, exist_ok=True)
     summary.with_suffix(".error.txt").unlink(missing_ok=True)
     try:
-        result = fedrun.run(cfg, write_files=True)
+        # a long run checkpoints (its base config's checkpoint.every) and continues from its newest
+        # checkpoint after an interruption; a short one has none and starts again
+        result = fedrun.run(cfg, write_files=True, resume="auto")
     except NumericalError as exc:  # diverged: a finished run whose outcome is "diverged"
         out = {k: s[k] for k in ("group", "label", "seed", "base", "overrides")}
         out.update({"finite": False, "error": str(exc), "train_objective": None, "test_accuracy": [],
@@ -177,7 +181,8 @@ def run_one(s: dict) -> str:
         (summary.with_suffix(".error.txt")).write_text(f"{type(exc).__name__}: {exc}\n")
         return f"error: {type(exc).__name__}: {exc}"
     wall = time.time() - start
-    m = result.metrics
+    metrics_file = REPO / next(o for o in s["overrides"] if o.startswith("run.dir=")).split("=", 1)[1] / "metrics.jsonl"
+    m = [json.loads(line) for line in metrics_file.read_text().splitlines()]  # every round, resumed ones too
     evals = [r for r in m if "test_accuracy" in r]
     x = np.asarray(result.x)
     out = {k: s[k] for k in ("group", "label", "seed", "base", "overrides")}
@@ -351,6 +356,17 @@ def fedadamom_choice(alpha: float, label: str) -> float | None:
     rows = {v: load(spec(f"fedadamom/alpha{alpha}", f"{label} {key.split('.')[-1]}={v}", FEDADAMOM_BASE,
                          [*fixed, f"{key}={v}", f"data.alpha={alpha}"], 0)) for v in grid}
     return best(rows)
+
+
+PAPER_OUT = REPO / "docs" / "results" / "fedsum_paper"
+PAPER_ALGORITHMS = ("FedAvg", "FedSUM", "FedSUM-CR", "MIFA")
+
+
+def paper_specs() -> list[dict]:
+    """FedSUM at the paper's own settings (configs/fmnist/fedsum_paper.yaml), seed 0, P1 first."""
+    return [spec(pattern, label, PAPER_BASE, [*FEDSUM_ALGORITHMS[label], f"participation.pattern={pattern}"], 0,
+                 out=PAPER_OUT)
+            for pattern in PATTERNS for label in PAPER_ALGORITHMS]
 
 
 def ablation_specs() -> list[dict]:
