@@ -1,36 +1,34 @@
 """The Fashion-MNIST comparisons of docs/results.md: the FedSUM family against its baselines and FedAdamom
-against the adaptive server optimizers, with the FedSUM paper's MNIST CNN.
+against the adaptive server optimizers, with the FedSUM paper's MNIST CNN, ten reported seeds each.
 
-    python experiments/fmnist.py lr          # FedAvg's eta_0 over a grid (P1, seed 0): the shared eta_0
-    python experiments/fmnist.py fedsum      # 9 algorithms x P1, P2, P3 x seeds 0-2 at the shared eta_0
-    python experiments/fmnist.py tune        # every FedSUM-comparison algorithm at the other eta_0 (P1, seed 0)
-    python experiments/fmnist.py tuned       # every algorithm at its own best eta_0 x P1-P3 x seeds 0-2
-    python experiments/fmnist.py fedadamom   # server-lr grids (seed 0), then 3 seeds at the choices
-    python experiments/fmnist.py ablation    # FedAdamom's beta2 (seed 0)
-    python experiments/fmnist.py diagnose    # why FedSUM trails: its y against the true gradient
-    python experiments/fmnist.py cases       # FedSUM and FedAvg under Cases 1-4 and biased sampling x 3 seeds
+    python experiments/fmnist.py all         # every step below in order (what docs/results.md rests on)
+    python experiments/fmnist.py tune        # the learning-rate grids on the tuning seeds 100 and 101
+    python experiments/fmnist.py tuned       # 9 algorithms, each at its own eta_0, x P1-P3 x seeds 0-9
+    python experiments/fmnist.py fedadamom   # the adaptive servers at their chosen values x seeds 0-9
+    python experiments/fmnist.py fadamgc     # FAdamGC against local Adam without correction x seeds 0-9
+    python experiments/fmnist.py cases       # FedSUM and FedAvg under Cases 1-4 and biased sampling
     python experiments/fmnist.py case2p      # FedSUM under Case 2 at five participation probabilities p
-    python experiments/fmnist.py fadamgc     # FAdamGC against local Adam without correction (lr grid, 3 seeds)
+    python experiments/fmnist.py fedsum      # 9 algorithms at FedAvg's eta_0 (the paper's protocol)
+    python experiments/fmnist.py ablation    # FedAdamom's beta2
     python experiments/fmnist.py paper       # FedSUM, FedSUM-CR, MIFA, FedAvg at the paper's settings (N = 100)
+    python experiments/fmnist.py diagnose    # why FedSUM trails: its y against the true gradient
     python experiments/fmnist.py report      # tables and plots from the committed summaries only
 
-The grids, runs and choices are in experiments/fmnist_runs.py (runs are cached by their summary JSON
-under docs/results/fmnist/); the tables, plots and diagnosis in experiments/fmnist_report.py.
+A step that needs a choice (an eta_0, a server lr) runs the grids it depends on first. The grids, runs and
+choices are in experiments/fmnist_runs.py: a run is cached by its summary JSON under
+docs/results/fmnist_10seeds/ (docs/results/fedsum_paper/ for 'paper'), so an interrupted step continues
+where it stopped; the tables, plots and diagnosis are in experiments/fmnist_report.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
-from fmnist_report import diagnose, report
 from fmnist_runs import (
+    ALL_STAGES,
     ALPHAS,
-    FEDSUM_BASE,
-    LR_GRID,
-    PATTERNS,
-    SEEDS,
     ablation_specs,
-    best,
     case2p_specs,
     case_specs,
     fadamgc_specs,
@@ -38,76 +36,59 @@ from fmnist_runs import (
     fedsum_specs,
     load,
     paper_specs,
-    lr_specs,
     run_all,
     tune_specs,
     tuned_specs,
 )
 
+# step -> (its grids: run first, then its runs at the choices); a stage is a function so that it reads
+# the choices only after the grids are done
+STEPS = {
+    "tune": (lambda: [], lambda: tune_specs() + fedadamom_specs() + fadamgc_specs()),
+    "tuned": (tune_specs, tuned_specs),
+    "fedsum": (tune_specs, fedsum_specs),
+    "cases": (tune_specs, case_specs),
+    "case2p": (tune_specs, case2p_specs),
+    "fedadamom": (fedadamom_specs, lambda: fedadamom_specs(True, ALPHAS)),
+    "fadamgc": (fadamgc_specs, lambda: fadamgc_specs(True)),
+    "ablation": (lambda: [], ablation_specs),
+    "paper": (lambda: [], paper_specs),
+}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["lr", "fedsum", "tune", "tuned", "fedadamom", "ablation", "diagnose",
-                                         "cases", "case2p", "fadamgc", "paper", "report"])
+    parser.add_argument("step", choices=["all", *STEPS, "diagnose", "report"])
     parser.add_argument("--dry-run", action="store_true", help="list the runs that are not finished yet")
-    parser.add_argument("--patterns", nargs="+", default=list(PATTERNS), choices=PATTERNS,
-                        help="'tuned': the patterns to run")
-    parser.add_argument("--alphas", type=float, nargs="+", default=list(ALPHAS), help="'fedadamom': Dirichlet alphas")
-    parser.add_argument("--choose-from", type=float, default=None,
-                        help="'fedadamom': skip the grids and use the values chosen at this alpha")
     parser.add_argument("--shard", default="0/1", metavar="K/N",
                         help="run every N-th unfinished run starting at the K-th (N processes share a step)")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
-    if args.step == "report":
-        report()
-        return
-    if args.step == "diagnose":
-        diagnose()
-        return
-    if args.step == "lr":
-        specs = lr_specs()
-    elif args.step == "fedsum":
-        specs = fedsum_specs()
-    elif args.step == "tune":
-        specs = tune_specs()
-        if not args.dry_run:
-            run_all(specs)
-            specs = tune_specs()  # extended downwards where the best was the lowest value
-    elif args.step == "tuned":
-        specs = tuned_specs(tuple(args.patterns))
-    elif args.step == "fedadamom":
-        if args.choose_from is None:
-            specs = fedadamom_specs(alphas=args.alphas)
-            if not args.dry_run:
-                run_all(specs)
-        specs = fedadamom_specs(seeds=SEEDS, choose=True, alphas=args.alphas, choose_from=args.choose_from)
-    elif args.step == "cases":
-        specs = case_specs()
-    elif args.step == "paper":
-        specs = paper_specs()
-    elif args.step == "case2p":
-        specs = case2p_specs()
-    elif args.step == "fadamgc":
-        specs = fadamgc_specs()
-        if not args.dry_run:
-            run_all(specs)
-        specs = fadamgc_specs(choose=True)
-    else:
-        specs = ablation_specs()
-    if args.dry_run:
-        todo = [s for s in specs if load(s) is None]
-        print(f"{len(todo)} of {len(specs)} runs to do")
-        for s in todo:
-            print(" ", s["summary"])
+    if args.step in ("report", "diagnose"):
+        import fmnist_report
+
+        getattr(fmnist_report, args.step)()
         return
     k, n = (int(v) for v in args.shard.split("/"))
-    run_all([sp for sp in specs if load(sp) is None][k::n])
-    if args.step == "lr":
-        rows = {lr: load(s) for lr, s in zip(LR_GRID, specs, strict=True)}  # noqa: B020
-        print(f"FedAvg's best eta_0 (lowest f(x), P1, seed 0): {best(rows)}; set local.lr in {FEDSUM_BASE}")
+    for stage in ALL_STAGES if args.step == "all" else STEPS[args.step]:
+        while True:
+            try:
+                specs = stage()
+                break
+            except SystemExit as exc:  # a choice whose grid is unfinished
+                if args.dry_run or n == 1:
+                    raise
+                print(f"waiting for the other shards: {exc}", flush=True)  # they are running that grid
+                time.sleep(60)
+        if args.dry_run:
+            todo = [s for s in specs if load(s) is None]
+            print(f"{len(todo)} of {len(specs)} runs to do")
+            for s in todo:
+                print(" ", s["summary"])
+            continue
+        run_all(specs[k::n])  # the same split in every shard, whatever each has finished
 
 
 if __name__ == "__main__":

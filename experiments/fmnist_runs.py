@@ -8,8 +8,9 @@ docs/results/fmnist/<group>/ (curves, communication, the train objective f(x)); 
 exists is not run again, so an interrupted grid continues where it stopped, and ``report`` needs only
 the summaries. Run directories go to runs/fmnist/ (not committed).
 
-Choices are made on the training objective f(x) = (1/N) sum_i f_i(x) at the last round of seed 0
-(estimated on up to 500 examples of each client), never on the test set.
+Ten seeds (0-9) are reported. Every choice of a learning rate is made on separate tuning seeds (100 and
+101), on the training objective f(x) = (1/N) sum_i f_i(x) at the last round averaged over them (each f_i
+estimated on up to 500 of client i's examples), never on the test set and never on a reported seed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +28,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-OUT = REPO / "docs" / "results" / "fmnist"
+OUT = REPO / "docs" / "results" / "fmnist_10seeds"
 FEDSUM_BASE = REPO / "configs" / "fmnist" / "fedsum_cnn.yaml"
 FEDADAMOM_BASE = REPO / "configs" / "fmnist" / "fedadamom_cnn.yaml"
 PAPER_BASE = REPO / "configs" / "fmnist" / "fedsum_paper.yaml"
-SEEDS = (0, 1, 2)
+SEEDS = tuple(range(10))  # the reported seeds
+TUNE_SEEDS = (100, 101)  # every learning-rate choice is made on these, never on a reported seed
 PATTERNS = ("p1", "p2", "p3")
 
 # ------------------------------------------------------------------------------------------ the grids
@@ -60,6 +63,8 @@ FEDADAMOM_ALGORITHMS: dict[str, tuple[list[str], str, tuple[float, ...]]] = {
     # client-side adaptive methods: plain averaging on the server, the grid is the client's lr
     "FedCAda": (["algorithm.name=fedcada"], "local.lr", (0.001, 0.003, 0.01)),
     "FAFED": (["algorithm.name=fafed"], "local.lr", (0.001, 0.003, 0.01, 0.03)),
+    # plain FedAvg (server lr only): the no-momentum, non-adaptive reference of the flatness comparison
+    "FedAvg": (["algorithm.name=fedavg"], "algorithm.global_lr", (0.3, 1.0, 3.0)),
 }
 # The participation cases of the FedSUM paper (S = 4 of N = 20 where S is used). Biased sampling is H.8's
 # profile, ten groups of clients from p = 0.50 down to 0.05 in steps of 0.05, compressed from N = 100 to
@@ -81,7 +86,7 @@ FADAMGC_ALGORITHMS = {
 }
 ADAM_LR_GRID = (0.0003, 0.001, 0.003)
 ALPHAS = (0.1, 0.5)
-CHOOSE_FROM = {0.5: 0.1}  # Dirichlet 0.5 ran at the values chosen at 0.1 (no grid of its own: CPU budget)
+CHOOSE_AT = 0.1  # the FedAdamom grids run at Dirichlet 0.1; Dirichlet 0.5 uses the same choices (CPU budget)
 BETA2_GRID = (0.01, 0.05, 0.1, 0.3, 0.9)
 
 
@@ -205,14 +210,18 @@ def run_one(s: dict) -> str:
 
 
 def run_all(specs: list[dict]) -> None:
+    """Run every unfinished spec in order, with a progress line per run (done/total, elapsed, ETA)."""
     start = time.time()
-    for i, s in enumerate(specs, 1):
+    todo = [s for s in specs if load(s) is None]
+    print(f"{len(specs) - len(todo)} of {len(specs)} runs finished already, {len(todo)} to do", flush=True)
+    for i, s in enumerate(todo, 1):
         t = time.time()
         status = run_one(s)
-        if status != "cached":
-            print(f"[{i}/{len(specs)} {time.time() - start:6.0f}s] {status:6s} {time.time() - t:5.1f}s "
-                  f"{s['summary']}", flush=True)
-    print(f"{len(specs)} runs, {time.time() - start:.0f} s wall", flush=True)
+        elapsed = time.time() - start
+        eta = elapsed / i * (len(todo) - i)
+        print(f"[{i}/{len(todo)} {elapsed:6.0f}s, ETA {eta / 60:4.0f} min] {status:6s} {time.time() - t:5.1f}s "
+              f"{s['summary']}", flush=True)
+    print(f"{len(todo)} runs, {time.time() - start:.0f} s wall", flush=True)
 
 
 def load(s: dict) -> dict | None:
@@ -224,22 +233,19 @@ def load(s: dict) -> dict | None:
 
 
 def lr_specs() -> list[dict]:
-    """FedAvg on P1, seed 0, at every eta_0 of the grid (these runs are also part of the 'tune' step)."""
-    return [s for lr in LR_GRID for s in fedsum_specs(lr, seeds=(0,), patterns=("p1",), labels=["FedAvg"])]
+    """FedAvg on P1 at every eta_0 of the grid on the tuning seeds (part of the 'tune' step)."""
+    return [s for lr in LR_GRID for s in fedsum_specs(lr, seeds=TUNE_SEEDS, patterns=("p1",), labels=["FedAvg"])]
 
 
-def best(rows: dict[float, dict | None]) -> float | None:
-    """The grid value with the lowest final train objective (non-finite runs lose; ties: the smaller)."""
-    scores = {v: (r["train_objective"] if r and r["finite"] and r["train_objective"] is not None else np.inf)
-              for v, r in rows.items()}
-    if any(r is None for r in rows.values()):
+def best(rows: dict[float, list[dict | None]]) -> float | None:
+    """The grid value with the lowest final train objective averaged over the tuning seeds (a value with a
+    non-finite run loses; ties: the smaller value); None while any run of the grid is unfinished."""
+    if any(r is None for runs in rows.values() for r in runs):
         return None
+    scores = {v: (float(np.mean([r["train_objective"] for r in runs]))
+                  if all(r["finite"] and r["train_objective"] is not None for r in runs) else np.inf)
+              for v, runs in rows.items()}
     return min(sorted(scores), key=lambda v: scores[v])
-
-
-def shared_lr() -> float:
-    """The eta_0 every algorithm shares: the configured one (set from the 'lr' step's choice)."""
-    return float(base_config(FEDSUM_BASE)["local"]["lr"])
 
 
 def fedsum_specs(lr: float | None = None, seeds=SEEDS, patterns=PATTERNS, labels=None) -> list[dict]:
@@ -256,44 +262,20 @@ def fedsum_specs(lr: float | None = None, seeds=SEEDS, patterns=PATTERNS, labels
 
 
 def tune_specs() -> list[dict]:
-    """Every algorithm at the shared eta_0's neighbours in LR_GRID (P1, seed 0); a second call adds the
-    next value down for an algorithm whose best so far is the lowest value it was run at."""
-    i = LR_GRID.index(shared_lr())
-    values = set(LR_GRID[max(0, i - 1):i + 2])
-    out = []
-    for label in FEDSUM_ALGORITHMS:
-        mine = set(values)
-        best_lr = tuned_lrs(done_only=True).get(label)
-        tried = sorted(lr for lr in LR_GRID if load(fedsum_specs(lr, (0,), ("p1",), [label])[0]) is not None)
-        if best_lr is not None and tried and best_lr == tried[0] and LR_GRID.index(best_lr) > 0:
-            mine.add(LR_GRID[LR_GRID.index(best_lr) - 1])
-        out += [s for lr in sorted(mine) for s in fedsum_specs(lr, seeds=(0,), patterns=("p1",), labels=[label])]
-    return out
+    """Every algorithm of the FedSUM comparison at every eta_0 of LR_GRID, P1, on the tuning seeds."""
+    return [s for lr in LR_GRID for s in fedsum_specs(lr, seeds=TUNE_SEEDS, patterns=("p1",))]
 
 
-def tuned_lrs(done_only: bool = False) -> dict[str, float | None]:
-    """Each algorithm's eta_0 with the lowest train objective on P1, seed 0, among the values it was run
-    at (its tuning grid: the shared eta_0 and its neighbours, extended downwards while the best is the
-    lowest); None until the neighbours are done (``done_only``: whatever has been run)."""
-    i = LR_GRID.index(shared_lr())
-    needed = set(LR_GRID[max(0, i - 1):i + 2])
-    out = {}
-    for label in FEDSUM_ALGORITHMS:
-        rows = {lr: load(fedsum_specs(lr, (0,), ("p1",), [label])[0]) for lr in LR_GRID}
-        done = {lr: r for lr, r in rows.items() if r is not None}
-        if not done_only and not needed <= set(done):
-            out[label] = None
-            continue
-        out[label] = best(done) if done else None
-    return out
+def tuned_lrs() -> dict[str, float | None]:
+    """Each algorithm's eta_0: the lowest train objective on P1 averaged over the tuning seeds (None until
+    its grid is finished)."""
+    return {label: best({lr: [load(s) for s in fedsum_specs(lr, TUNE_SEEDS, ("p1",), [label])] for lr in LR_GRID})
+            for label in FEDSUM_ALGORITHMS}
 
 
-def tuned_specs(patterns=PATTERNS) -> list[dict]:
-    out = []
-    for label, lr in tuned_lrs().items():
-        if lr is not None:
-            out += fedsum_specs(lr, patterns=patterns, labels=[label])
-    return out
+def shared_lr() -> float:
+    """The eta_0 every algorithm shares in the paper's protocol: FedAvg's choice."""
+    return own_lr("FedAvg")
 
 
 def own_lr(label: str) -> float:
@@ -301,6 +283,11 @@ def own_lr(label: str) -> float:
     if lr is None:
         raise SystemExit(f"{label}'s eta_0 is not chosen yet: run 'python experiments/fmnist.py tune' first")
     return lr
+
+
+def tuned_specs(patterns=PATTERNS) -> list[dict]:
+    """Every algorithm at its own eta_0 x ``patterns`` x the reported seeds."""
+    return [s for label in FEDSUM_ALGORITHMS for s in fedsum_specs(own_lr(label), patterns=patterns, labels=[label])]
 
 
 def case_specs() -> list[dict]:
@@ -318,44 +305,50 @@ def case2p_specs() -> list[dict]:
             for seed in SEEDS for p in CASE2_PROBABILITIES]
 
 
+def _fadamgc(label: str, lr: float, seed: int) -> dict:
+    return spec("fadamgc", f"{label} lr={lr}", FEDSUM_BASE, [*FADAMGC_ALGORITHMS[label], f"local.lr={lr}"], seed)
+
+
 def fadamgc_specs(choose: bool = False) -> list[dict]:
-    """The local-lr grid on seed 0 (P1); with ``choose``, each variant at its best lr on every seed."""
+    """The local-lr grid on the tuning seeds (P1); with ``choose``, each variant at its best lr on the
+    reported seeds."""
     out = []
-    for label, ov in FADAMGC_ALGORITHMS.items():
-        grid = {lr: spec("fadamgc", f"{label} lr={lr}", FEDSUM_BASE, [*ov, f"local.lr={lr}"], 0) for lr in ADAM_LR_GRID}
+    for label in FADAMGC_ALGORITHMS:
         if not choose:
-            out += grid.values()
+            out += [_fadamgc(label, lr, seed) for lr in ADAM_LR_GRID for seed in TUNE_SEEDS]
             continue
-        lr = best({v: load(s) for v, s in grid.items()})
+        lr = best({v: [load(_fadamgc(label, v, seed)) for seed in TUNE_SEEDS] for v in ADAM_LR_GRID})
         if lr is not None:
-            out += [spec("fadamgc", f"{label} lr={lr}", FEDSUM_BASE, [*ov, f"local.lr={lr}"], seed) for seed in SEEDS]
+            out += [_fadamgc(label, lr, seed) for seed in SEEDS]
     return out
 
 
-def fedadamom_specs(seeds=(0,), choose: bool = False, alphas=ALPHAS, choose_from: float | None = None) -> list[dict]:
-    """The grids on seed 0; with ``choose``, each algorithm at its chosen value on ``seeds`` (chosen at the
-    same alpha, or at ``choose_from`` when given)."""
+def _fedadamom(alpha: float, label: str, value: float, seed: int) -> dict:
+    fixed, key, _ = FEDADAMOM_ALGORITHMS[label]
+    return spec(f"fedadamom/alpha{alpha}", f"{label} {key.split('.')[-1]}={value}", FEDADAMOM_BASE,
+                [*fixed, f"{key}={value}", f"data.alpha={alpha}"], seed)
+
+
+def fedadamom_specs(choose: bool = False, alphas=ALPHAS) -> list[dict]:
+    """The grids on the tuning seeds at Dirichlet 0.1; with ``choose``, each algorithm at its chosen value
+    (chosen at 0.1 for every alpha) on the reported seeds."""
     out = []
     for alpha in alphas:
-        for label, (fixed, key, grid) in FEDADAMOM_ALGORITHMS.items():
-            values = grid
-            if choose:
-                c = fedadamom_choice(alpha if choose_from is None else choose_from, label)
-                if c is None:
-                    continue
-                values = (c,)
-            for v in values:
-                for seed in seeds:
-                    out.append(spec(f"fedadamom/alpha{alpha}", f"{label} {key.split('.')[-1]}={v}",
-                                    FEDADAMOM_BASE, [*fixed, f"{key}={v}", f"data.alpha={alpha}"], seed))
+        for label, (_, _, grid) in FEDADAMOM_ALGORITHMS.items():
+            if not choose:
+                if alpha == CHOOSE_AT:
+                    out += [_fedadamom(alpha, label, v, seed) for v in grid for seed in TUNE_SEEDS]
+                continue
+            c = fedadamom_choice(label)
+            if c is not None:
+                out += [_fedadamom(alpha, label, c, seed) for seed in SEEDS]
     return out
 
 
-def fedadamom_choice(alpha: float, label: str) -> float | None:
-    fixed, key, grid = FEDADAMOM_ALGORITHMS[label]
-    rows = {v: load(spec(f"fedadamom/alpha{alpha}", f"{label} {key.split('.')[-1]}={v}", FEDADAMOM_BASE,
-                         [*fixed, f"{key}={v}", f"data.alpha={alpha}"], 0)) for v in grid}
-    return best(rows)
+def fedadamom_choice(label: str) -> float | None:
+    """The value of the algorithm's grid with the lowest mean f(x) over the tuning seeds, at CHOOSE_AT."""
+    grid = FEDADAMOM_ALGORITHMS[label][2]
+    return best({v: [load(_fedadamom(CHOOSE_AT, label, v, seed)) for seed in TUNE_SEEDS] for v in grid})
 
 
 PAPER_OUT = REPO / "docs" / "results" / "fedsum_paper"
@@ -370,5 +363,22 @@ def paper_specs() -> list[dict]:
 
 
 def ablation_specs() -> list[dict]:
+    """FedAdamom's beta2 over BETA2_GRID at its base config (Dirichlet 0.1), on the reported seeds."""
     return [spec("fedadamom_beta2/alpha0.1", f"FedAdamom beta2={b}", FEDADAMOM_BASE,
-                 ["algorithm.name=fedadamom", f"algorithm.beta2={b}", "data.alpha=0.1"], 0) for b in BETA2_GRID]
+                 ["algorithm.name=fedadamom", f"algorithm.beta2={b}", "data.alpha=0.1"], seed)
+            for seed in SEEDS for b in BETA2_GRID]
+
+
+ALL_STAGES: list[Callable[[], list[dict]]] = [
+    # every step's runs in the order the results page needs them, each after the choices it reads: the
+    # tuning grids, then the comparisons the claims rest on, the rest after
+    lambda: tune_specs() + fedadamom_specs() + fadamgc_specs(),
+    tuned_specs,
+    lambda: fedadamom_specs(True, (0.1,)),
+    lambda: fadamgc_specs(True),
+    case_specs,
+    case2p_specs,
+    fedsum_specs,
+    lambda: fedadamom_specs(True, (0.5,)),
+    ablation_specs,
+]
