@@ -1,34 +1,48 @@
-"""Tables, plots and the FedSUM diagnosis of experiments/fmnist.py (``report`` and ``diagnose`` steps).
+"""Tables, plots, claims and the FedSUM diagnosis of experiments/fmnist.py (``report`` and ``diagnose`` steps).
 
-Reads only the committed run summaries under docs/results/fmnist/; writes docs/results/fmnist/tables.md,
-summary.json and the PNGs. Mean ± standard deviation over seeds; "wins" count the seeds on which the first
-method is better (same seed: same partition, participation draws and minibatches).
+Reads only the run summaries under docs/results/fmnist_10seeds/ (and docs/results/fedsum_paper/ for the
+paper-settings runs, docs/results/fmnist_10seeds/flatness/ for the flatness measurements); writes
+docs/results/fmnist_10seeds/tables.md, summary.json and the PNGs, and copies every table block into
+docs/results.md between its markers ``<!-- tables.md: NAME -->`` and ``<!-- end NAME -->``, so that
+``python experiments/fmnist.py report`` is the one command that regenerates the page's numbers.
+
+Every comparison is seed-paired (experiments/stats.py): the same seed means the same partition,
+participation draws, minibatches and dropout. A cell "Δ a − b" reads "mean (95% t-interval), Wilcoxon p,
+wins/n". A run that diverged counts as chance accuracy (10%, ten classes) in every accuracy comparison,
+and has no f(x) or test loss: its seed drops out of those comparisons. A section whose runs are not all
+finished prints "pending: k of n runs finished" and no numbers; its claims get no verdict.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import yaml
 from fmnist_runs import (
     ADAM_LR_GRID,
     ALPHAS,
-    BETA2_GRID,
     CASE2_PROBABILITIES,
     CASE_ALGORITHMS,
     CASES,
-    CHOOSE_FROM,
     FADAMGC_ALGORITHMS,
     FEDADAMOM_ALGORITHMS,
     FEDSUM_ALGORITHMS,
     FEDSUM_BASE,
     LR_GRID,
     OUT,
+    PAPER_ALGORITHMS,
+    PAPER_BASE,
     PATTERNS,
     REPO,
     SEEDS,
+    TUNE_SEEDS,
     ablation_specs,
+    best,
     case2p_specs,
     case_specs,
     fadamgc_specs,
@@ -36,18 +50,79 @@ from fmnist_runs import (
     fedadamom_specs,
     fedsum_specs,
     load,
+    paper_specs,
     run_all,
     shared_lr,
     spec,
+    tune_specs,
     tuned_lrs,
 )
+from stats import DOES_NOT, REPRODUCES, Paired, paired
 
+PAGE = REPO / "docs" / "results.md"
+FLATNESS = OUT / "flatness"
+CHANCE = 0.1  # the accuracy a diverged run counts as (ten classes)
 BASELINES = ["FedAvg", "FedAU", "FedAWE", "FedVARP", "MIFA", "SCAFFOLD"]
-OURS = ["FedSUM", "FedSUM-CR", "FedSUM-B"]
+FLATNESS_METHODS = ("FedAdamom", "FADAS", "FedAdam", "FedAvgM", "FedAvg")
+N = len(SEEDS)
+
+# ------------------------------------------------------------------------------------------- values
 
 
-def collect(specs: list[dict], key=lambda s: (s["group"], s["label"])) -> dict:
-    """key -> {seed: summary} of the finished runs."""
+def metric(r: dict, key: str) -> float | None:
+    """A run's final ``key``: a diverged run (non-finite model) has chance accuracy and no loss or f(x).
+
+    Keys: test_accuracy (last evaluation), first_accuracy (first evaluation), best_accuracy (over the
+    evaluations), test_loss, train_objective."""
+    ok = r["finite"] and r["test_accuracy"]
+    if key in ("test_accuracy", "first_accuracy", "best_accuracy"):
+        if not ok:
+            return CHANCE
+        acc = r["test_accuracy"]
+        return {"test_accuracy": acc[-1], "first_accuracy": acc[0], "best_accuracy": max(acc)}[key]
+    if key == "test_loss":
+        return r["test_loss"][-1] if ok else None
+    return r["train_objective"] if r["finite"] else None
+
+
+HIGHER = {"test_accuracy": True, "first_accuracy": True, "best_accuracy": True, "budget_accuracy": True,
+          "test_loss": False, "train_objective": False, "top_eigenvalue": False, "loss_increase": False}
+SCALE = {"test_accuracy": (100, 1), "first_accuracy": (100, 1), "best_accuracy": (100, 1),
+         "budget_accuracy": (100, 1), "test_loss": (1, 3), "train_objective": (1, 3)}
+
+
+def ms(values, scale: float = 1.0, digits: int = 2) -> str:
+    """Mean ± std (ddof 1) of the values that are not None; the Nones are counted."""
+    values = list(values)
+    v = np.asarray([x for x in values if x is not None], dtype=float) * scale
+    miss = len(values) - len(v)
+    note = f" ({miss} without)" if miss else ""
+    if len(v) == 0:
+        return "–"
+    if len(v) == 1:
+        return f"{v[0]:.{digits}f}{note}"
+    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}{note}"
+
+
+def delta(p: Paired, scale: float = 1.0, digits: int = 2) -> str:
+    """One comparison as a cell: mean (95% interval), Wilcoxon p, wins/n."""
+    if p.n == 0:
+        return "–"
+    lo, hi = (scale * v for v in p.ci)
+    ci = f"{lo:+.{digits}f}, {hi:+.{digits}f}" if np.isfinite(lo) else "n < 2"
+    return f"{scale * p.mean:+.{digits}f} ({ci}), p = {p.wilcoxon_p:.2g}, {p.wins}/{p.n}"
+
+
+def values(runs: dict[int, dict], key: str) -> dict[int, float | None]:
+    return {s: metric(r, key) for s, r in runs.items()}
+
+
+def compare(a: dict[int, dict], b: dict[int, dict], key: str) -> Paired:
+    return paired(values(a, key), values(b, key), higher_is_better=HIGHER[key])
+
+
+def collect(specs: list[dict], key: Callable[[dict], object]) -> dict:
+    """key(spec) -> {seed: summary} of the finished runs."""
     out: dict = {}
     for s in specs:
         r = load(s)
@@ -56,23 +131,229 @@ def collect(specs: list[dict], key=lambda s: (s["group"], s["label"])) -> dict:
     return out
 
 
-def ms(values, scale: float = 1.0, digits: int = 2) -> str:
-    """Mean ± std of the finite values; None marks a diverged run and is counted, not averaged."""
-    values = list(values)
-    bad = sum(1 for x in values if x is None)
-    v = np.asarray([x for x in values if x is not None], dtype=float) * scale
-    note = f" ({bad}/{len(values)} diverged)" if bad else ""
-    if len(v) == 0:
-        return "diverged" if bad else "–"
-    if len(v) == 1:
-        return f"{v[0]:.{digits}f}{note}"
-    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}{note}"
+def pending(specs: list[dict]) -> str | None:
+    """"pending: k of n runs finished" while any of ``specs`` is unfinished, else None."""
+    done = sum(1 for s in specs if load(s) is not None)
+    return None if done == len(specs) else f"pending: {done} of {len(specs)} runs finished"
 
 
-def final(r: dict, key: str):
-    if key == "train_objective":
-        return r["train_objective"]
-    return r[key][-1] if r["finite"] else None
+def choose(make: Callable[[], list[dict]], grid: list[dict]) -> tuple[list[dict], str | None]:
+    """The specs of a step that reads a choice, or the grid's pending line while the choice is not made."""
+    try:
+        return make(), None
+    except SystemExit:
+        return [], (pending(grid) or "pending") + " (the tuning grid)"
+
+
+# ------------------------------------------------------------------------------------------- claims
+
+
+@dataclass
+class Claim:
+    """A paper's claim "a is better than b" over one or more comparisons (all must hold)."""
+
+    text: str
+    where: str
+    comparisons: dict[str, Paired] = field(default_factory=dict)
+    key: str = "test_accuracy"
+    status: str | None = None  # a pending line: no verdict
+    keys: dict[str, str] = field(default_factory=dict)  # a comparison's own key where it is not ``key``
+
+    def verdict(self) -> str:
+        """reproduces: every interval excludes 0 on the claimed side; does not reproduce: one excludes it
+        on the other side; otherwise inconclusive."""
+        if self.status:
+            return self.status
+        words = [p.verdict() for p in self.comparisons.values()]
+        if DOES_NOT in words:
+            return DOES_NOT
+        if all(w == REPRODUCES for w in words):
+            return REPRODUCES
+        return f"inconclusive at {min(p.n for p in self.comparisons.values())} seeds"
+
+    def deciding(self) -> tuple[str, Paired] | None:
+        """The comparison that decides the verdict: where it does not reproduce, the one whose interval lies
+        furthest on the wrong side; otherwise the one whose interval reaches furthest towards it."""
+        if self.status or not self.comparisons:
+            return None
+
+        def bounds(p: Paired) -> tuple[float, float]:  # the interval in "a better" units
+            if not np.all(np.isfinite(p.ci)):  # fewer than 2 seeds: no interval, the weakest
+                return -np.inf, np.inf
+            lo, hi = sorted(p.better * v for v in p.ci)
+            return lo, hi
+
+        if self.verdict() == DOES_NOT:
+            return min(self.comparisons.items(), key=lambda kv: bounds(kv[1])[1])
+        return min(self.comparisons.items(), key=lambda kv: bounds(kv[1])[0])
+
+    def scale(self, name: str) -> tuple[float, int]:
+        return SCALE.get(self.keys.get(name, self.key), (1, 3))
+
+
+def claims_table(claims: list[Claim]) -> str:
+    lines = ["| paper's claim | verdict | deciding comparison: Δ (95% interval), Wilcoxon p, wins | comparisons "
+             "that reproduce | where |", "|---|---|---|---|---|"]
+    for c in claims:
+        d = c.deciding()
+        cell = "–" if d is None else f"{d[0]}: {delta(d[1], *c.scale(d[0]))}"
+        share = "–" if d is None else (f"{sum(p.verdict() == REPRODUCES for p in c.comparisons.values())} of "
+                                       f"{len(c.comparisons)}")
+        lines.append(f"| {c.text} | **{c.verdict()}** | {cell} | {share} | {c.where} |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------- comparison tables
+
+
+def comparison_table(rows: dict[str, dict[int, dict]], refs: list[str], keys=("test_accuracy", "train_objective"),
+                     extra: dict[str, str] | None = None, extra_name: str = "η0") -> tuple[str, dict]:
+    """One row per method: mean ± std of test accuracy, test loss, f(x); then for every reference r and
+    key, the seed-paired Δ r − method. ``extra`` adds a column (e.g. each row's η0)."""
+    head = ["method"] + ([extra_name] if extra else []) + ["test acc. (%)", "test loss", "f(x)"]
+    head += [f"Δ {'acc. (pp)' if k.endswith('accuracy') else 'f(x)'} {r} − it" for r in refs for k in keys]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    data: dict = {}
+    for label, runs in rows.items():
+        cells = [label] + ([extra[label]] if extra else [])
+        cells += [ms(values(runs, k).values(), *SCALE[k]) for k in ("test_accuracy", "test_loss", "train_objective")]
+        data[label] = {k: values(runs, k) for k in ("test_accuracy", "test_loss", "train_objective")}
+        for r in refs:
+            for k in keys:
+                if r == label:
+                    cells.append("–")
+                    continue
+                p = compare(rows[r], runs, k)
+                cells.append(delta(p, *SCALE[k]))
+                data[label][f"{r} - it/{k}"] = p.as_dict()
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n", data
+
+
+def family(rows: dict[str, dict[int, dict]], a: str, others, key: str = "test_accuracy") -> dict[str, Paired]:
+    return {f"{a} − {b}": compare(rows[a], rows[b], key) for b in others if b != a and b in rows}
+
+
+# ---------------------------------------------------------------------------------------------- sections
+
+
+@dataclass
+class Report:
+    blocks: dict[str, str] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)
+
+
+def tuning(rep: Report) -> None:
+    """The values chosen on the tuning seeds, with each grid's mean f(x) over them."""
+    parts = [f"Every value is chosen by the lowest final f(x) averaged over the tuning seeds "
+             f"{', '.join(map(str, TUNE_SEEDS))} (a value with a diverged run loses). Cells: mean f(x) / mean "
+             "test accuracy (%) over the tuning seeds.\n"]
+
+    def cell(rs: list[dict | None]) -> str:
+        if any(r is None for r in rs):
+            return "–"
+        if not all(r["finite"] and r["train_objective"] is not None for r in rs):
+            return f"diverged ({sum(not r['finite'] for r in rs)}/{len(rs)})"
+        return (f"{np.mean([r['train_objective'] for r in rs]):.3f} / "
+                f"{100 * np.mean([r['test_accuracy'][-1] for r in rs]):.1f}")
+
+    grid = tune_specs()
+    parts.append("**The FedSUM comparison's η0** (P1, 100 rounds)\n")
+    status = pending(grid)
+    if status:
+        parts.append(status + "\n")
+    else:
+        lrs = tuned_lrs()
+        rep.summary["tuned_lr"] = lrs
+        parts.append("| algorithm | " + " | ".join(f"η0 = {v}" for v in LR_GRID) + " | chosen |")
+        parts.append("|---|" + "---|" * (len(LR_GRID) + 1))
+        for label in FEDSUM_ALGORITHMS:
+            cells = [cell([load(s) for s in fedsum_specs(v, TUNE_SEEDS, ("p1",), [label])]) for v in LR_GRID]
+            parts.append(f"| {label} | " + " | ".join(cells) + f" | {lrs[label]} |")
+        parts.append(f"\nThe shared η0 (the paper's protocol: every algorithm at FedAvg's choice): {shared_lr()}.\n")
+    grid = fedadamom_specs()
+    parts.append("**The FedAdamom comparison's server lr** (client lr for FedCAda and FAFED; Dirichlet 0.1, "
+                 "60 rounds; Dirichlet 0.5 uses the same values)\n")
+    status = pending(grid)
+    if status:
+        parts.append(status + "\n")
+    else:
+        rep.summary["fedadamom_choice"] = {}
+        parts.append("| algorithm | knob | values: mean f(x) / mean test acc. (%) | chosen |")
+        parts.append("|---|---|---|---|")
+        for label, (_fixed, key, grid_values) in FEDADAMOM_ALGORITHMS.items():
+            chosen = fedadamom_choice(label)
+            rep.summary["fedadamom_choice"][label] = chosen
+            knob = key.split(".")[-1]
+            cells = [f"{v}: {cell([load(s) for s in grid if s['label'] == f'{label} {knob}={v}'])}"
+                     for v in grid_values]
+            parts.append(f"| {label} | {key} | " + "; ".join(cells) + f" | {chosen} |")
+        parts.append("")
+    grid = fadamgc_specs()
+    parts.append("**FAdamGC's local lr** (P1, 100 rounds)\n")
+    status = pending(grid)
+    if status:
+        parts.append(status + "\n")
+    else:
+        parts.append("| variant | " + " | ".join(f"lr = {v}" for v in ADAM_LR_GRID) + " | chosen |")
+        parts.append("|---|" + "---|" * (len(ADAM_LR_GRID) + 1))
+        for label in FADAMGC_ALGORITHMS:
+            rows = {v: [load(s) for s in grid if s["label"] == f"{label} lr={v}"] for v in ADAM_LR_GRID}
+            parts.append(f"| {label} | " + " | ".join(cell(rows[v]) for v in ADAM_LR_GRID) + f" | {best(rows)} |")
+        parts.append("")
+    rep.blocks["tuning"] = "\n".join(parts)
+
+
+def fedsum_rows(specs: list[dict]) -> dict[str, dict[str, dict[int, dict]]]:
+    """pattern -> label -> {seed: summary}."""
+    out: dict = {p: {} for p in PATTERNS}
+    for (p, label), runs in collect(specs, key=lambda s: (s["group"].split("/")[1], s["label"])).items():
+        out[p][label] = runs
+    return {p: {label: out[p][label] for label in FEDSUM_ALGORITHMS if label in out[p]} for p in PATTERNS}
+
+
+def fedsum_section(rep: Report, name: str) -> dict | None:
+    """The FedSUM comparison at each algorithm's own η0 (``tuned``) or at the shared η0 (``shared``)."""
+    from fmnist_runs import tuned_specs
+
+    specs, status = choose(tuned_specs if name == "tuned" else fedsum_specs, tune_specs())
+    status = status or pending(specs)
+    patterns = [p.upper() for p in PATTERNS]
+    if status:
+        rep.blocks[f"fedsum_{name}"] = status + "\n"
+        if name == "tuned":
+            for p in patterns:
+                rep.claims += [Claim(f"FedSUM (Fig. 1a), {p}: FedSUM and FedSUM-CR beat every baseline at round 100",
+                                     "[FedSUM](#the-fedsum-comparison)", status=status)]
+        return None
+    rows = fedsum_rows(specs)
+    lrs = {label: str(next(float(o.split("=")[1]) for o in s["overrides"] if o.startswith("local.lr=")))
+           for s in specs for label in [s["label"]]}
+    parts, data = [], {}
+    for p in PATTERNS:
+        text, data[p] = comparison_table(rows[p], ["FedSUM", "FedSUM-CR"], extra=lrs)
+        parts += [f"**{p.upper()}**, round 100, seeds {SEEDS[0]}-{SEEDS[-1]}\n", text]
+    rep.summary[f"fedsum_{name}"] = data
+    rep.blocks[f"fedsum_{name}"] = "\n".join(parts)
+    plot_fedsum(rows, OUT / f"fedsum_{name}.png", "each at its own η0" if name == "tuned" else "shared η0")
+    if name == "tuned":
+        where = "[FedSUM](#the-fedsum-comparison)"
+        for p in PATTERNS:
+            r, P = rows[p], p.upper()
+            rep.claims += [
+                Claim(f"FedSUM (Fig. 1a), {P}: FedSUM and FedSUM-CR beat every baseline at round 100", where,
+                      {**family(r, "FedSUM", BASELINES), **family(r, "FedSUM-CR", BASELINES)}),
+                Claim(f"FedSUM (Fig. 1a), {P}: ... and are ahead at the first evaluation (round 25), i.e. faster",
+                      where, {**family(r, "FedSUM", BASELINES, "first_accuracy"),
+                              **family(r, "FedSUM-CR", BASELINES, "first_accuracy")}, key="first_accuracy"),
+                Claim(f"FedSUM, {P}: FedSUM-CR at least as good as FedSUM", where,
+                      family(r, "FedSUM-CR", ["FedSUM"])),
+                Claim(f"FedSUM H.5, {P}: FedSUM-B at least as good as FedSUM", where,
+                      family(r, "FedSUM-B", ["FedSUM"])),
+            ]
+        return rows
+    return None
 
 
 def total_floats(r: dict) -> np.ndarray:
@@ -80,155 +361,313 @@ def total_floats(r: dict) -> np.ndarray:
 
 
 def acc_at_budget(r: dict, budget: float) -> float | None:
-    """Test accuracy at ``budget`` communicated floats (up + down), linear between evaluations; None if
-    the run never spent that much."""
+    """Test accuracy after ``budget`` floats (up + down), interpolated linearly between the two evaluations
+    around it (before the first: from chance at 0 floats); chance if the run diverged; None if it never
+    spent that much."""
+    if not r["finite"] or not r["test_accuracy"]:
+        return CHANCE
     f = total_floats(r)
-    acc = np.asarray(r["test_accuracy"], float)
-    if not r["finite"] or budget > f[-1]:
+    if budget > f[-1] * (1 + 1e-12):
         return None
-    if budget <= f[0]:
-        return float(acc[0] * budget / f[0])  # from 0 floats, 10% at 0 is a guess: keep it simple and linear
-    return float(np.interp(budget, f, acc))
+    return float(np.interp(budget, np.concatenate([[0.0], f]), np.concatenate([[CHANCE], r["test_accuracy"]])))
 
 
-# ------------------------------------------------------------------------------------------- FedSUM
-
-
-def fedsum_table(runs: dict, lr_of: dict[str, float]) -> tuple[str, dict]:
-    """Per pattern: final test accuracy, test loss and f(x) per algorithm (mean ± std over seeds)."""
-    lines = ["| algorithm | η0 | " + " | ".join(f"{p.upper()} test acc. (%) | {p.upper()} test loss | {p.upper()} f(x)"
-                                              for p in PATTERNS) + " |",
-             "|---|---|" + "---|---|---|" * len(PATTERNS)]
-    data: dict = {}
-    for label in FEDSUM_ALGORITHMS:
-        cells = []
-        for p in PATTERNS:
-            rs = list(runs.get((p, label), {}).values())
-            acc = [final(r, "test_accuracy") for r in rs]
-            loss = [final(r, "test_loss") for r in rs]
-            obj = [final(r, "train_objective") for r in rs]
-            chance = sum(1 for a in acc if a is not None and a < 0.15)  # ended at chance level (10 classes)
-            cells += [ms(acc, 100, 1) + (f" [{chance} at chance]" if chance else ""), ms(loss, digits=3),
-                      ms(obj, digits=3)]
-            data[f"{p}/{label}"] = {"seeds": sorted(runs.get((p, label), {})), "test_accuracy": acc,
-                                    "test_loss": loss, "train_objective": obj}
-        lines.append(f"| {label} | {lr_of[label]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n", data
-
-
-def early_table(runs: dict) -> str:
-    """Test accuracy (%) at every evaluation, mean ± std over the seeds that did not diverge."""
-    rounds = next(r["eval_rounds"] for seeds in runs.values() for r in seeds.values() if r["finite"])
-    lines = ["| algorithm | " + " | ".join(f"{p.upper()} r{t}" for p in PATTERNS for t in rounds) + " |",
-             "|---|" + "---|" * (len(PATTERNS) * len(rounds))]
-    for label in FEDSUM_ALGORITHMS:
-        cells = []
-        for p in PATTERNS:
-            rs = [r for r in runs.get((p, label), {}).values() if r["finite"]]
-            for i in range(len(rounds)):
-                cells.append(ms([r["test_accuracy"][i] for r in rs], 100, 1) if rs else "–")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def paired_difference(a: dict, b: dict, key: str) -> tuple[str, str]:
-    """Seed-paired mean difference a − b of the final ``key`` (accuracy in points) and the seeds on which a is
-    better (higher accuracy, lower loss or f(x)); ("–", "–") when no seed has both finite."""
-    d = [final(a[s], key) - final(b[s], key) for s in sorted(set(a) & set(b))
-         if final(a[s], key) is not None and final(b[s], key) is not None]
-    if not d:
-        return "–", "–"
-    sign, scale = (1, 100) if key == "test_accuracy" else (-1, 1)
-    return f"{scale * np.mean(d):+.{1 if scale == 100 else 3}f}", f"{sum(1 for x in d if sign * x > 0)}/{len(d)}"
-
-
-def paired(runs: dict, ours: list[str], others: list[str]) -> str:
-    lines = ["| pattern | comparison | Δ test acc. (pp) | wins | Δ test loss | wins | Δ f(x) | wins |",
-             "|---|---|---|---|---|---|---|---|"]
+def budget_section(rep: Report, rows: dict | None) -> None:
+    """Test accuracy at FedAvg's 100-round budget of floats (same seed), each algorithm at its own η0."""
+    if rows is None:
+        rep.blocks["budget"] = rep.blocks["fedsum_tuned"]
+        rep.claims.append(Claim("FedSUM (Fig. 1b): FedSUM-CR is the most accurate per communicated float", "same",
+                                status=rep.blocks["fedsum_tuned"].strip()))
+        return
+    head = ["algorithm", "up / down floats per active client per round (d = 21,840)"]
     for p in PATTERNS:
-        for a in ours:
-            for b in others:
-                ra, rb = runs.get((p, a), {}), runs.get((p, b), {})
-                common = sorted(set(ra) & set(rb))
-                if not common or a == b:
-                    continue
-                cells = [cell for key in ("test_accuracy", "test_loss", "train_objective")
-                         for cell in paired_difference(ra, rb, key)]
-                lines.append(f"| {p.upper()} | {a} − {b} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def communication(runs: dict, budget_label: str = "FedAvg") -> tuple[str, dict]:
-    """Floats per active client per round, and test accuracy at FedAvg's 100-round budget of floats."""
-    lines = ["| algorithm | up / down floats per active client per round (d = 21,840) | " +
-             " | ".join(f"{p.upper()} acc. (%) at FedAvg's budget (None: not reached or diverged)"
-                        for p in PATTERNS) + " |",
-             "|---|---|" + "---|" * len(PATTERNS)]
-    data: dict = {}
+        head += [f"{p.upper()} acc. (%) at FedAvg's budget", f"{p.upper()} Δ FedSUM-CR − it"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    at: dict = {p: {} for p in PATTERNS}
+    for p in PATTERNS:
+        base = rows[p]["FedAvg"]
+        for label, runs in rows[p].items():
+            at[p][label] = {s: acc_at_budget(r, float(total_floats(base[s])[-1])) for s, r in runs.items()
+                            if s in base and base[s]["finite"]}
+    comps: dict[str, Paired] = {}
     for label in FEDSUM_ALGORITHMS:
+        r = next((r for p in PATTERNS for r in rows[p].get(label, {}).values() if r["finite"]), None)
         per = "–"
-        cells = []
+        if r is not None:
+            active = float(np.sum(r["active_clients"]))
+            up, down = (r[f"eval_cum_{w}link"][-1] / active / 21840 for w in ("up", "down"))
+            per = f"{up:.2f} d / {down:.2f} d"
+        cells = [label, per]
         for p in PATTERNS:
-            rs = runs.get((p, label), {})
-            base = runs.get((p, budget_label), {})
-            vals = []
-            for s, r in rs.items():
-                if s in base and base[s]["finite"]:
-                    vals.append(acc_at_budget(r, float(total_floats(base[s])[-1])) if r["finite"] else None)
-            cells.append(ms(vals, 100, 1))
-            data[f"{p}/{label}"] = vals
-            finite = [r for r in rs.values() if r["finite"]]
-            if finite and per == "–":
-                r = finite[0]
-                active = np.asarray(r["active_clients"], float)
-                up = r["eval_cum_uplink"][-1] / active.sum() / 21840
-                down = r["eval_cum_downlink"][-1] / active.sum() / 21840
-                per = f"{up:.2f} d / {down:.2f} d"
-        lines.append(f"| {label} | {per} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n", data
-
-
-def plot_fedsum(runs: dict, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(3, len(PATTERNS), figsize=(5.2 * len(PATTERNS), 12), squeeze=False)
-    colors = plt.get_cmap("tab10")
-    for j, p in enumerate(PATTERNS):
-        for k, label in enumerate(FEDSUM_ALGORITHMS):
-            rs = [r for r in runs.get((p, label), {}).values() if r["finite"]]
-            if not rs:
+            cells.append(ms(at[p][label].values(), 100, 1))
+            if label == "FedSUM-CR":
+                cells.append("–")
                 continue
-            style = "-" if label.startswith("FedSUM") else "--"
-            c = colors(k % 10)
-            acc = np.stack([r["test_accuracy"] for r in rs]) * 100
-            rounds = rs[0]["eval_rounds"]
-            axes[0, j].plot(rounds, acc.mean(0), style, color=c, label=label, marker="o", ms=3)
-            floats = np.stack([total_floats(r) for r in rs]).mean(0)
-            axes[1, j].plot(floats, acc.mean(0), style, color=c, label=label, marker="o", ms=3)
-            loss = np.stack([_smooth(r["train_loss"], 10) for r in rs]).mean(0)
-            axes[2, j].plot(np.arange(len(loss)) + 10, loss, style, color=c, label=label, lw=1)
-        axes[0, j].set_title(f"{title}: {p.upper()}")
-        axes[0, j].set_xlabel("round")
-        axes[0, j].set_ylabel("test accuracy (%), mean over seeds")
-        axes[1, j].set_xlabel("floats communicated, up + down, all clients")
-        axes[1, j].set_ylabel("test accuracy (%)")
-        axes[1, j].set_xscale("log")
-        axes[2, j].set_xlabel("round")
-        axes[2, j].set_ylabel("loss on active clients' minibatches\n(during local steps, 10-round mean)")
-        axes[2, j].set_yscale("log")
-        for row in range(3):
-            axes[row, j].grid(alpha=0.3)
-    from matplotlib.lines import Line2D
+            c = paired(at[p]["FedSUM-CR"], at[p][label])
+            comps[f"{p.upper()}: FedSUM-CR − {label}"] = c
+            cells.append(delta(c, 100, 1))
+        lines.append("| " + " | ".join(cells) + " |")
+    rep.blocks["budget"] = "\n".join(lines) + "\n"
+    rep.summary["budget_accuracy"] = at
+    for p in PATTERNS:
+        rep.claims.append(Claim(f"FedSUM (Fig. 1b), {p.upper()}: FedSUM-CR is the most accurate per communicated "
+                                "float (accuracy at FedAvg's budget, interpolated between evaluations)", "same",
+                                {k: v for k, v in comps.items() if k.startswith(p.upper())}, key="budget_accuracy"))
 
-    handles = [Line2D([], [], color=colors(k % 10), ls="-" if label.startswith("FedSUM") else "--", label=label)
-               for k, label in enumerate(FEDSUM_ALGORITHMS)]
-    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(path, dpi=70)
-    plt.close(fig)
+
+def cases_section(rep: Report) -> None:
+    where = "[cases](#participation-cases-1-4-biased-sampling-and-case-2-over-p)"
+    specs, status = choose(case_specs, tune_specs())
+    status = status or pending(specs)
+    ours, other = CASE_ALGORITHMS
+    if status:
+        rep.blocks["cases"] = status + "\n"
+        rep.claims += [Claim(f"FedSUM H.4 (Fig. 9): {ours} ahead of {other} under each of Cases 1-4", where,
+                             status=status),
+                       Claim("FedSUM H.8: biased sampling does not affect FedSUM", where, status=status)]
+    else:
+        runs = collect(specs, key=lambda s: (s["group"].split("/")[1], s["label"]))
+        lines = [f"| case | {ours} acc. (%) | {other} acc. (%) | Δ acc. (pp) {ours} − {other} | {ours} f(x) | "
+                 f"{other} f(x) | Δ f(x) {ours} − {other} |", "|---|---|---|---|---|---|---|"]
+        comps, data = {}, {}
+        for case in CASES:
+            a, b = runs[(case.replace(" ", ""), ours)], runs[(case.replace(" ", ""), other)]
+            pa, pf = compare(a, b, "test_accuracy"), compare(a, b, "train_objective")
+            comps[case] = pa
+            lines.append(f"| {case} | {ms(values(a, 'test_accuracy').values(), 100, 1)} | "
+                         f"{ms(values(b, 'test_accuracy').values(), 100, 1)} | {delta(pa, 100, 1)} | "
+                         f"{ms(values(a, 'train_objective').values(), 1, 3)} | "
+                         f"{ms(values(b, 'train_objective').values(), 1, 3)} | {delta(pf, 1, 3)} |")
+            data[case] = {"acc": pa.as_dict(), "f(x)": pf.as_dict()}
+        biased = compare(runs[("Biased", ours)], runs[("Case1", ours)], "test_accuracy")
+        lines += ["", f"{ours} under biased sampling − {ours} under Case 1 (same seed), test acc. (pp): "
+                      f"{delta(biased, 100, 1)}"]
+        data["biased - case1"] = biased.as_dict()
+        rep.summary["cases"] = data
+        rep.blocks["cases"] = "\n".join(lines) + "\n"
+        rep.claims += [
+            Claim(f"FedSUM H.4 (Fig. 9): {ours} ahead of {other} under each of Cases 1-4", where,
+                  {f"{case}: {ours} − {other}": comps[case] for case in ("Case 1", "Case 2", "Case 3", "Case 4")}),
+            Claim(f"FedSUM H.8: under biased sampling {ours} ahead of {other}", where,
+                  {f"biased: {ours} − {other}": comps["Biased"]}),
+            Claim(f"FedSUM H.8: biased sampling does not lower {ours}'s accuracy (biased − Case 1; no drop "
+                  "can only be contradicted, not shown)", where, {"biased − Case 1": biased}),
+        ]
+    specs, status = choose(case2p_specs, tune_specs())
+    status = status or pending(specs)
+    if status:
+        rep.blocks["case2p"] = status + "\n"
+        rep.claims.append(Claim("FedSUM H.4 (Fig. 10): under Case 2, larger p performs better", where, status=status))
+        return
+    sweep = collect(specs, key=lambda s: s["label"])
+    lines = ["| p | mean active clients per round | test acc. (%) | f(x) | Δ acc. (pp) against the next smaller p | "
+             "Δ f(x) against the next smaller p |", "|---|---|---|---|---|---|"]
+    acc_steps, obj_steps, data = {}, {}, {}
+    previous = None
+    for p in CASE2_PROBABILITIES:
+        rs = sweep[f"FedSUM p={p}"]
+        active = np.mean([np.mean(r["active_clients"]) for r in rs.values() if r["finite"]])
+        cells = ["–", "–"]
+        if previous is not None:
+            pa, pf = compare(rs, sweep[f"FedSUM p={previous}"], "test_accuracy"), compare(
+                rs, sweep[f"FedSUM p={previous}"], "train_objective")
+            acc_steps[f"p = {p} − {previous}"], obj_steps[f"p = {p} − {previous}"] = pa, pf
+            cells = [delta(pa, 100, 1), delta(pf, 1, 3)]
+            data[f"{p} - {previous}"] = {"acc": pa.as_dict(), "f(x)": pf.as_dict()}
+        lines.append(f"| {p} | {active:.1f} | {ms(values(rs, 'test_accuracy').values(), 100, 1)} | "
+                     f"{ms(values(rs, 'train_objective').values(), 1, 3)} | " + " | ".join(cells) + " |")
+        previous = p
+    rep.summary["case2p"] = data
+    rep.blocks["case2p"] = "\n".join(lines) + "\n"
+    rep.claims += [Claim("FedSUM H.4 (Fig. 10): under Case 2, every larger p gives higher accuracy", where, acc_steps),
+                   Claim("FedSUM H.4 (Fig. 10): under Case 2, every larger p gives lower f(x)", where, obj_steps,
+                         key="train_objective")]
+
+
+def fadamgc_section(rep: Report, tuned: dict | None) -> None:
+    where = "[FAdamGC](#fadamgc-against-local-adam-without-correction)"
+    specs = fadamgc_specs(choose=True)
+    status = pending(fadamgc_specs()) or pending(specs) or (None if tuned else rep.blocks["fedsum_tuned"].strip())
+    if status:
+        rep.blocks["fadamgc"] = status + "\n"
+        rep.claims.append(Claim("FAdamGC: the tracking correction beats local Adam without it", where, status=status))
+        return
+    rows = {label.split(" lr=")[0]: runs for label, runs in collect(specs, key=lambda s: s["label"]).items()}
+    lrs = {label: s["label"].split("=")[1] for s in specs for label in [s["label"].split(" lr=")[0]]}
+    lrs.update({label: str(tuned_lrs()[label]) for label in ("FedAvg", "SCAFFOLD")})
+    rows.update({label: tuned["p1"][label] for label in ("FedAvg", "SCAFFOLD")})
+    text, data = comparison_table(rows, ["FAdamGC"], extra=lrs, extra_name="lr (η0)")
+    rep.summary["fadamgc"] = data
+    rep.blocks["fadamgc"] = text
+    rep.claims.append(Claim("FAdamGC: the tracking correction beats local Adam without it", where,
+                            family(rows, "FAdamGC", ["Local Adam"])))
+
+
+def fedadamom_section(rep: Report) -> None:
+    where = "[FedAdamom](#the-fedadamom-comparison)"
+    for alpha in ALPHAS:
+        specs = fedadamom_specs(True, (alpha,))
+        status = pending(fedadamom_specs()) or pending(specs)
+        text = (f"FedAdamom beats FedAdam, FedYogi, FedAdagrad, FedAvgM, FADAS, FedCAda, FAFED (and FedAvg), "
+                f"Dirichlet {alpha}")
+        if status:
+            rep.blocks[f"fedadamom_{alpha}"] = status + "\n"
+            rep.claims.append(Claim(text, where, status=status))
+            continue
+        rows = {label.split(" ")[0]: runs for label, runs in collect(specs, key=lambda s: s["label"]).items()}
+        rows = dict(sorted(rows.items(), key=lambda kv: -np.mean(list(values(kv[1], "test_accuracy").values()))))
+        chosen = {label: label_value for s in specs for label, label_value in [s["label"].split(" ")]}
+        table, data = comparison_table(rows, ["FedAdamom"], extra=chosen, extra_name="chosen value")
+        rep.summary[f"fedadamom_{alpha}"] = data
+        rep.blocks[f"fedadamom_{alpha}"] = table
+        rep.claims.append(Claim(text, where, family(rows, "FedAdamom", list(rows))))
+        if alpha == ALPHAS[0]:
+            plot_fedadamom(OUT / "fedadamom.png")
+    specs = ablation_specs()
+    status = pending(specs)
+    if status:
+        rep.blocks["beta2"] = status + "\n"
+        rep.claims.append(Claim("FedAdamom: β2 = 0.05 is best", where, status=status))
+        return
+    rows = {f"β2 = {label.split('=')[1]}": runs for label, runs in collect(specs, key=lambda s: s["label"]).items()}
+    table, data = comparison_table(rows, ["β2 = 0.05"])
+    rep.summary["beta2"] = data
+    rep.blocks["beta2"] = table
+    rep.claims.append(Claim("FedAdamom: β2 = 0.05 is best (at least as accurate as every other β2)", where,
+                            family(rows, "β2 = 0.05", list(rows))))
+
+
+def flatness_section(rep: Report) -> None:
+    """Top Hessian eigenvalue, loss increase at each rho and test accuracy of the FedAdamom comparison's final
+    models, and FedAdamom − each other method, seed-paired."""
+    where = "[flatness](#flatter-minima-fedadamom-against-the-other-servers)"
+    text = "FedAdamom: momentum plus adaptivity find flatter minima (lower top eigenvalue) that generalize better"
+    rows: dict[str, dict[int, dict]] = {}
+    for path in sorted(FLATNESS.glob("**/*.json")) if FLATNESS.is_dir() else []:
+        r = json.loads(path.read_text())
+        rows.setdefault(r["label"].split(" ")[0], {})[int(r["seed"])] = r
+    done = sum(len(rows.get(m, {})) for m in FLATNESS_METHODS)
+    if done < len(FLATNESS_METHODS) * N:
+        status = f"pending: {done} of {len(FLATNESS_METHODS) * N} measurements finished"
+        rep.blocks["flatness"] = status + "\n"
+        rep.claims.append(Claim(text, where, status=status))
+        return
+    rows = {m: rows[m] for m in FLATNESS_METHODS}
+    rhos = next(iter(rows["FedAdamom"].values()))["rho"]
+
+    def get(runs: dict[int, dict], key: str, i: int | None = None) -> dict[int, float | None]:
+        return {s: (r[key] if i is None else r[key][i]) for s, r in runs.items()}
+
+    head = ["method", "top eigenvalue"] + [f"loss increase, ρ = {rho}" for rho in rhos] + ["test acc. (%)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m, runs in rows.items():
+        cells = [m, ms(get(runs, "top_eigenvalue").values(), 1, 2)]
+        cells += [ms(get(runs, "loss_increase", i).values(), 1, 4) for i in range(len(rhos))]
+        cells.append(ms(get(runs, "test_accuracy").values(), 100, 1))
+        lines.append("| " + " | ".join(cells) + " |")
+    head = ["FedAdamom − it", "Δ top eigenvalue"] + [f"Δ loss increase, ρ = {rho}" for rho in rhos]
+    head += ["Δ test acc. (pp)", "flatter and better"]
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    comps: dict[str, Paired] = {}
+    data: dict = {}
+    ours = rows["FedAdamom"]
+    for m, runs in rows.items():
+        if m == "FedAdamom":
+            continue
+        eig = paired(get(ours, "top_eigenvalue"), get(runs, "top_eigenvalue"), higher_is_better=False)
+        inc = [paired(get(ours, "loss_increase", i), get(runs, "loss_increase", i), higher_is_better=False)
+               for i in range(len(rhos))]
+        acc = paired(get(ours, "test_accuracy"), get(runs, "test_accuracy"))
+        both = Claim("", "", {"flatter": eig, "better": acc}).verdict()
+        comps[f"flatter than {m}"], comps[f"more accurate than {m}"] = eig, acc
+        lines.append(f"| {m} | {delta(eig, 1, 2)} | " + " | ".join(delta(p, 1, 4) for p in inc)
+                     + f" | {delta(acc, 100, 1)} | {both} |")
+        data[m] = {"top_eigenvalue": eig.as_dict(), "loss_increase": [p.as_dict() for p in inc],
+                   "test_accuracy": acc.as_dict(), "verdict": both}
+    rep.summary["flatness"] = data
+    rep.blocks["flatness"] = "\n".join(lines) + "\n"
+    rep.claims.append(Claim(text, where, comps, key="top_eigenvalue",
+                            keys={name: "test_accuracy" for name in comps if name.startswith("more accurate")}))
+
+
+def paper_section(rep: Report, tuned: dict | None) -> None:
+    """FedSUM, FedSUM-CR, MIFA and FedAvg at the paper's settings (one seed) beside the N = 20 ordering."""
+    specs = paper_specs()
+    status = pending(specs)
+    cfg = yaml.safe_load(PAPER_BASE.read_text())
+    scale = (f"N = {cfg['data']['num_clients']}, S = {cfg['participation']['clients_per_round']} (P2, P3: the same "
+             f"rate), K = {cfg['local']['steps']}, batch {cfg['local']['batch_size']}, η0 = {cfg['local']['lr']}, "
+             f"{cfg['run']['rounds']} rounds, seed 0 (`{PAPER_BASE.relative_to(REPO)}`)")
+    if status:
+        rep.blocks["paper"] = f"Scale: {scale}.\n\n{status}\n"
+        return
+    runs = {(s["group"], s["label"]): load(s) for s in specs}
+    lines = [f"Scale: {scale}.\n", "| pattern | algorithm | final test acc. (%) | best test acc. (%) | f(x) | "
+             "rank here | rank at N = 20 (own η0, mean of 10 seeds) |", "|---|---|---|---|---|---|---|"]
+    data: dict = {}
+    for p in PATTERNS:
+        here = {a: runs[(p, a)] for a in PAPER_ALGORITHMS}
+        rank = sorted(PAPER_ALGORITHMS, key=lambda a: -metric(here[a], "test_accuracy"))
+        small = sorted(PAPER_ALGORITHMS, key=lambda a: -np.mean(list(values(tuned[p][a], "test_accuracy").values()))
+                       ) if tuned else None
+        for a in PAPER_ALGORITHMS:
+            obj = metric(here[a], "train_objective")
+            lines.append(f"| {p.upper()} | {a} | {100 * metric(here[a], 'test_accuracy'):.1f} | "
+                         f"{100 * metric(here[a], 'best_accuracy'):.1f} | {'–' if obj is None else f'{obj:.3f}'} | "
+                         f"{rank.index(a) + 1} | {small.index(a) + 1 if small else 'pending'} |")
+        data[p] = {"ordering": rank, "ordering_n20": small,
+                   **{a: {k: metric(here[a], k) for k in ("test_accuracy", "best_accuracy", "train_objective")}
+                      for a in PAPER_ALGORITHMS}}
+        lines.append(f"| {p.upper()} | ordering | {' > '.join(rank)} | | | | "
+                     f"{' > '.join(small) if small else 'pending'} |")
+    rep.summary["fedsum_paper"] = data
+    rep.blocks["paper"] = "\n".join(lines) + "\n"
+
+
+def escape_section(rep: Report) -> None:
+    """The momentum-neutrality row, from docs/results/escape_rate/momentum_neutrality.json."""
+    path = REPO / "docs" / "results" / "escape_rate" / "momentum_neutrality.json"
+    if not path.is_file():
+        rep.blocks["neutrality"] = "pending: run experiments/momentum_neutrality.py\n"
+        return
+    r = json.loads(path.read_text())
+    (a, va), (b, vb) = r["variants"].items()
+    ratio = r["ratio"]
+    word = "reproduces" if ratio["neutral"] else "does not reproduce"
+    rep.blocks["neutrality"] = (
+        "| paper's claim | here | where |\n|---|---|---|\n"
+        f"| FedAdamom: FedAvgM's escape depends on η/(1−β) only (momentum neutrality) | **{word}** at k = {r['k']:g}: "
+        f"{a} escapes at {va['rate']:.2e} ({va['ci95'][0]:.2e}–{va['ci95'][1]:.2e}) per round, {b} at "
+        f"{vb['rate']:.2e} ({vb['ci95'][0]:.2e}–{vb['ci95'][1]:.2e}); ratio {ratio['value']:.2f} "
+        f"({ratio['ci95'][0]:.2f}–{ratio['ci95'][1]:.2f}), {r['particles']} particles each | "
+        "`docs/results/escape_rate/momentum_neutrality.json` |\n")
+
+
+def diagnosis_section(rep: Report) -> None:
+    diag = OUT / "diagnosis.json"
+    if not diag.is_file():
+        rep.blocks["diagnosis"] = "pending: run `python experiments/fmnist.py diagnose`\n"
+        return
+    d = json.loads(diag.read_text())
+    rep.summary["diagnosis"] = d
+    lines = ["| run (full participation, seed 0, 50 rounds) | test acc. (%) at round 25 / 50 | f(x) |", "|---|---|---|"]
+    for label, r in d["full"].items():
+        obj = "–" if r["train_objective"] is None else f"{r['train_objective']:.3f}"
+        lines.append(f"| {label} | {' / '.join(f'{100 * a:.1f}' for a in r['test_accuracy'])} | {obj} |")
+    for label, rows in d["direction_error"].items():
+        if not rows:
+            continue
+        cos = np.array([r["cos_pre"] for r in rows])
+        after = np.array([r["cos_post"] for r in rows])
+        rose = sum(r["f_post"] > r["f_pre"] for r in rows)
+        lines += ["", f"{label} under P1 (seed 0, {len(rows)} checkpoints): cosine of y/N with ∇f where the step is "
+                      f"taken, median {np.median(cos):.2f} ({cos.min():.2f} to {cos.max():.2f}); after the step "
+                      f"negative at {int((after < 0).sum())} of {len(rows)}; f rose over the step at {rose} of "
+                      f"{len(rows)}."]
+    rep.blocks["diagnosis"] = "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------------------------- plots
 
 
 def _smooth(y, w: int) -> np.ndarray:
@@ -239,105 +678,68 @@ def _smooth(y, w: int) -> np.ndarray:
     return np.divide(total, count, out=np.full_like(total, np.nan), where=count > 0)
 
 
-# ----------------------------------------------------------------------------------------- FedAdamom
+def plot_fedsum(rows: dict, path: Path, title: str) -> None:
+    """Per pattern: test accuracy against rounds and against floats communicated, the local minibatch loss."""
+    import matplotlib
 
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-def final_fedadamom_specs() -> list[dict]:
-    return [s for alpha in ALPHAS
-            for s in fedadamom_specs(seeds=SEEDS, choose=True, alphas=(alpha,), choose_from=CHOOSE_FROM.get(alpha))]
-
-
-def fedadamom_tables() -> tuple[str, dict]:
-    parts, data = [], {}
-    grid = collect(fedadamom_specs(), key=lambda s: (s["group"], s["label"]))
-    for alpha in ALPHAS:
-        group = f"fedadamom/alpha{alpha}"
-        if alpha in CHOOSE_FROM:
-            parts.append(f"**Dirichlet {alpha}**: no grid; each algorithm runs at its value chosen at Dirichlet "
-                         f"{CHOOSE_FROM[alpha]}.\n")
-            continue
-        parts.append(f"**Grids, Dirichlet {alpha}, seed 0** (f(x) and test accuracy at the last round; "
-                     "chosen: lowest f(x))\n")
-        parts.append("| algorithm | knob | values: f(x) / test acc. (%) | chosen |")
-        parts.append("|---|---|---|---|")
-        for label, (_fixed, key, values) in FEDADAMOM_ALGORITHMS.items():
-            cells = []
-            for v in values:
-                r = grid.get((group, f"{label} {key.split('.')[-1]}={v}"), {}).get(0)
-                if r is None:
-                    cells.append(f"{v}: –")
-                elif not r["finite"]:
-                    cells.append(f"{v}: diverged")
-                else:
-                    cells.append(f"{v}: {r['train_objective']:.3f} / {100 * r['test_accuracy'][-1]:.1f}")
-            parts.append(f"| {label} | {key} | " + "; ".join(cells) + f" | {fedadamom_choice(alpha, label)} |")
-        parts.append("")
-    final_runs = collect(final_fedadamom_specs(), key=lambda s: (s["group"], s["label"]))
-    for alpha in ALPHAS:
-        group = f"fedadamom/alpha{alpha}"
-        rows = []
-        for (g, label), seeds in final_runs.items():
-            if g != group:
+    fig, axes = plt.subplots(3, len(PATTERNS), figsize=(5.2 * len(PATTERNS), 12), squeeze=False)
+    colors = plt.get_cmap("tab10")
+    for j, p in enumerate(PATTERNS):
+        for k, label in enumerate(FEDSUM_ALGORITHMS):
+            rs = [r for r in rows[p].get(label, {}).values() if r["finite"]]
+            if not rs:
                 continue
-            rs = list(seeds.values())
-            acc = [final(r, "test_accuracy") for r in rs]
-            rows.append((np.mean([a for a in acc if a is not None] or [0]), label, rs, acc))
-            data[f"alpha{alpha}/{label}"] = {"seeds": sorted(seeds), "test_accuracy": acc,
-                                             "test_loss": [final(r, "test_loss") for r in rs],
-                                             "train_objective": [final(r, "train_objective") for r in rs]}
-        parts.append(f"**Dirichlet {alpha}, each at its chosen value, seeds {', '.join(map(str, SEEDS))}** "
-                     "(last round; best first)\n")
-        parts.append("| algorithm | seeds | test acc. (%) | test loss | f(x) | Δ acc. FedAdamom − it (pp), wins |")
-        parts.append("|---|---|---|---|---|---|")
-        ours = next((seeds for (g, label), seeds in final_runs.items() if g == group and label.startswith("FedAdamom")),
-                    {})
-        for _, label, rs, acc in sorted(rows, key=lambda t: -t[0]):
-            dtxt = "–" if label.startswith("FedAdamom") else _delta(ours, final_runs[(group, label)])
-            loss = ms([final(r, "test_loss") for r in rs], digits=3)
-            parts.append(f"| {label} | {len(rs)} | {ms(acc, 100, 1)} | {loss} | "
-                         f"{ms([final(r, 'train_objective') for r in rs], digits=3)} | {dtxt} |")
-        parts.append("")
-    abl = collect(ablation_specs(), key=lambda s: s["label"])
-    if abl:
-        parts.append("**FedAdamom's β2, Dirichlet 0.1, seed 0** (η = 1, ε = 1e-3)\n")
-        parts.append("| β2 | test acc. (%) | test loss | f(x) |")
-        parts.append("|---|---|---|---|")
-        for b in BETA2_GRID:
-            r = abl.get(f"FedAdamom beta2={b}", {}).get(0)
-            if r is not None:
-                parts.append(f"| {b} | {ms([final(r, 'test_accuracy')], 100, 1)} | "
-                             f"{ms([final(r, 'test_loss')], digits=3)} | {ms([r['train_objective']], digits=3)} |")
-                data[f"beta2/{b}"] = {"test_accuracy": final(r, "test_accuracy"),
-                                      "train_objective": r["train_objective"]}
-        parts.append("")
-    return "\n".join(parts), data
+            style, c = ("-" if label.startswith("FedSUM") else "--"), colors(k % 10)
+            acc = np.stack([r["test_accuracy"] for r in rs]) * 100
+            axes[0, j].plot(rs[0]["eval_rounds"], acc.mean(0), style, color=c, marker="o", ms=3)
+            axes[1, j].plot(np.stack([total_floats(r) for r in rs]).mean(0), acc.mean(0), style, color=c, marker="o",
+                            ms=3)
+            loss = np.stack([_smooth(r["train_loss"], 10) for r in rs]).mean(0)
+            axes[2, j].plot(np.arange(len(loss)) + 10, loss, style, color=c, lw=1)
+        axes[0, j].set_title(f"{title}: {p.upper()}")
+        axes[0, j].set_xlabel("round")
+        axes[0, j].set_ylabel("test accuracy (%), mean over the seeds that did not diverge")
+        axes[1, j].set_xlabel("floats communicated, up + down, all clients")
+        axes[1, j].set_ylabel("test accuracy (%)")
+        axes[1, j].set_xscale("log")
+        axes[2, j].set_xlabel("round")
+        axes[2, j].set_ylabel("loss on active clients' minibatches\n(during local steps, 10-round mean)")
+        axes[2, j].set_yscale("log")
+        for row in range(3):
+            axes[row, j].grid(alpha=0.3)
+    handles = [Line2D([], [], color=colors(k % 10), ls="-" if label.startswith("FedSUM") else "--", label=label)
+               for k, label in enumerate(FEDSUM_ALGORITHMS)]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path, dpi=70)
+    plt.close(fig)
 
 
 def plot_fedadamom(path: Path) -> None:
+    """Test accuracy and local minibatch loss against rounds, every method at its chosen value, per alpha."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    final_runs = collect(final_fedadamom_specs(), key=lambda s: (s["group"], s["label"]))
-    if not final_runs:
-        return
     fig, axes = plt.subplots(2, len(ALPHAS), figsize=(6 * len(ALPHAS), 8), squeeze=False)
     colors = plt.get_cmap("tab10")
     for j, alpha in enumerate(ALPHAS):
-        group = f"fedadamom/alpha{alpha}"
-        for k, ((g, label), seeds) in enumerate(sorted(final_runs.items())):
-            if g != group:
-                continue
+        runs = collect(fedadamom_specs(True, (alpha,)), key=lambda s: s["label"])
+        for k, (label, seeds) in enumerate(sorted(runs.items())):
             rs = [r for r in seeds.values() if r["finite"]]
             if not rs:
                 continue
             style = "-" if label.startswith("FedAdamom") else "--"
-            c = colors(k % 10)
             acc = np.stack([r["test_accuracy"] for r in rs]) * 100
-            axes[0, j].plot(rs[0]["eval_rounds"], acc.mean(0), style, color=c, label=label, marker="o", ms=3)
+            axes[0, j].plot(rs[0]["eval_rounds"], acc.mean(0), style, color=colors(k % 10), label=label, marker="o",
+                            ms=3)
             loss = np.stack([_smooth(r["train_loss"], 10) for r in rs]).mean(0)
-            axes[1, j].plot(np.arange(len(loss)) + 10, loss, style, color=c, label=label, lw=1)
+            axes[1, j].plot(np.arange(len(loss)) + 10, loss, style, color=colors(k % 10), label=label, lw=1)
         axes[0, j].set_title(f"FedAdamom comparison, Dirichlet {alpha}")
         axes[0, j].set_ylabel("test accuracy (%), mean over seeds")
         axes[1, j].set_ylabel("loss on active clients' minibatches (10-round mean)")
@@ -351,235 +753,56 @@ def plot_fedadamom(path: Path) -> None:
     plt.close(fig)
 
 
-# ------------------------------------------------------------------ Cases 1-4, the sweep over p, FAdamGC
-
-
-def _row(rs: list[dict]) -> list[str]:
-    """Final test accuracy (%), test loss and f(x), mean ± std over ``rs``."""
-    return [ms([final(r, "test_accuracy") for r in rs], 100, 1), ms([final(r, "test_loss") for r in rs], digits=3),
-            ms([final(r, "train_objective") for r in rs], digits=3)]
-
-
-def _delta(a: dict, b: dict, key: str = "test_accuracy") -> str:
-    """``paired_difference`` as one cell, "mean, wins"."""
-    mean, wins = paired_difference(a, b, key)
-    return mean if wins == "–" else f"{mean}, {wins}"
-
-
-def cases_tables() -> tuple[str, dict]:
-    """FedSUM against FedAvg under every participation case, and FedSUM under Case 2 at every p."""
-    parts, data = [], {}
-    runs = collect(case_specs(), key=lambda s: (s["group"].split("/")[1], s["label"]))
-    if runs:
-        ours, other = CASE_ALGORITHMS
-        parts.append(f"**{ours} and {other} under the participation cases** (each at its own η0, round 100, "
-                     "mean ± std over seeds)\n")
-        parts.append(f"| case | {ours} acc. (%) | {other} acc. (%) | Δ acc. (pp), wins | {ours} f(x) | {other} f(x) "
-                     "| Δ f(x), wins |")
-        parts.append("|---|---|---|---|---|---|---|")
-        for case in CASES:
-            key = case.replace(" ", "")
-            a, b = runs.get((key, ours), {}), runs.get((key, other), {})
-            if not a or not b:
-                continue
-            ra, rb = _row(list(a.values())), _row(list(b.values()))
-            parts.append(f"| {case} | {ra[0]} | {rb[0]} | {_delta(a, b)} | {ra[2]} | {rb[2]} | "
-                         f"{_delta(a, b, 'train_objective')} |")
-            data[case] = {label: {"test_accuracy": [final(r, "test_accuracy") for r in seeds.values()],
-                                  "train_objective": [final(r, "train_objective") for r in seeds.values()]}
-                          for label, seeds in ((ours, a), (other, b))}
-        parts.append("")
-    sweep = collect(case2p_specs(), key=lambda s: s["label"])
-    if sweep:
-        parts.append("**FedSUM under Case 2 at every client's p** (η0 = FedSUM's own, round 100, mean ± std over "
-                     "seeds)\n")
-        parts.append("| p | mean active clients per round | test acc. (%) | test loss | f(x) |")
-        parts.append("|---|---|---|---|---|")
-        for p in CASE2_PROBABILITIES:
-            rs = list(sweep.get(f"FedSUM p={p}", {}).values())
-            if rs:
-                active = np.mean([np.mean(r["active_clients"]) for r in rs])
-                parts.append(f"| {p} | {active:.1f} | " + " | ".join(_row(rs)) + " |")
-                data[f"case2/p{p}"] = {"test_accuracy": [final(r, "test_accuracy") for r in rs],
-                                       "train_objective": [final(r, "train_objective") for r in rs]}
-        parts.append("")
-    return "\n".join(parts), data
-
-
-def plot_cases(path: Path) -> None:
-    """Test accuracy against rounds: FedSUM and FedAvg under each case (left), FedSUM at each p (right)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = collect(case_specs(), key=lambda s: (s["group"].split("/")[1], s["label"]))
-    sweep = collect(case2p_specs(), key=lambda s: s["label"])
-    if not runs or not sweep:
-        return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    colors = plt.get_cmap("tab10")
-
-    def curve(ax, seeds: dict, label: str, color, style: str) -> None:
-        rs = [r for r in seeds.values() if r["finite"]]
-        if rs:
-            acc = np.stack([r["test_accuracy"] for r in rs]) * 100
-            ax.errorbar(rs[0]["eval_rounds"], acc.mean(0), yerr=acc.std(0, ddof=1) if len(rs) > 1 else None,
-                        fmt=style, color=color, label=label, marker="o", ms=3, capsize=2)
-
-    for k, case in enumerate(CASES):
-        for label, style in zip(CASE_ALGORITHMS, ("-", "--"), strict=True):
-            curve(left, runs.get((case.replace(" ", ""), label), {}), f"{label}, {case}", colors(k), style)
-    for k, p in enumerate(CASE2_PROBABILITIES):
-        curve(right, sweep.get(f"FedSUM p={p}", {}), f"p = {p}", colors(k), "-")
-    left.set_title("FedSUM (solid) and FedAvg (dashed) under the participation cases")
-    right.set_title("FedSUM under Case 2 at every client's p")
-    for ax in (left, right):
-        ax.set_xlabel("round")
-        ax.set_ylabel("test accuracy (%), mean ± 1 std over seeds")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=70)
-    plt.close(fig)
-
-
-def fadamgc_tables(tuned_runs: dict) -> tuple[str, dict]:
-    """FAdamGC against local Adam without the correction (each at its best lr) and FedAvg / SCAFFOLD at their
-    own η0, under P1."""
-    parts, data = [], {}
-    grid = collect(fadamgc_specs(), key=lambda s: s["label"])
-    if not grid:
-        return "", data
-    parts.append("**FAdamGC's local lr (P1, seed 0, round 100)**: f(x) / test acc. (%); chosen: lowest f(x)\n")
-    parts.append("| variant | " + " | ".join(f"lr = {lr}" for lr in ADAM_LR_GRID) + " |")
-    parts.append("|---|" + "---|" * len(ADAM_LR_GRID))
-    for label in FADAMGC_ALGORITHMS:
-        cells = []
-        for lr in ADAM_LR_GRID:
-            r = grid.get(f"{label} lr={lr}", {}).get(0)
-            cells.append("–" if r is None else "diverged" if not r["finite"] else
-                         f"{r['train_objective']:.3f} / {100 * r['test_accuracy'][-1]:.1f}")
-        parts.append(f"| {label} | " + " | ".join(cells) + " |")
-    parts.append("")
-    chosen = collect(fadamgc_specs(choose=True), key=lambda s: s["label"])
-    rows = dict(chosen)
-    lrs = tuned_lrs()
-    rows.update({f"{label} η0={lrs[label]}": tuned_runs.get(("p1", label), {}) for label in ("FedAvg", "SCAFFOLD")})
-    ours = next((seeds for label, seeds in rows.items() if label.startswith("FAdamGC")), {})
-    parts.append(f"**P1, seeds {', '.join(map(str, SEEDS))}, round 100**\n")
-    parts.append("| method | seeds | test acc. (%) | test loss | f(x) | Δ acc. FAdamGC − it (pp), wins |")
-    parts.append("|---|---|---|---|---|---|")
-    for label, seeds in rows.items():
-        if not seeds:
-            continue
-        rs = list(seeds.values())
-        dtxt = "–" if label.startswith("FAdamGC") else _delta(ours, seeds)
-        parts.append(f"| {label} | {len(rs)} | " + " | ".join(_row(rs)) + f" | {dtxt} |")
-        data[label] = {"test_accuracy": [final(r, "test_accuracy") for r in rs],
-                       "train_objective": [final(r, "train_objective") for r in rs]}
-    parts.append("")
-    return "\n".join(parts), data
-
-
 # ---------------------------------------------------------------------------------------------- report
+
+BLOCKS = ("claims", "neutrality", "tuning", "fedsum_tuned", "fedsum_shared", "budget", "diagnosis", "cases",
+          "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "paper")
+MARK = re.compile(r"(<!-- tables\.md: ([\w.]+) -->\n)(.*?)(<!-- end \2 -->)", re.S)
+
+
+def fill_page(blocks: dict[str, str], page: Path = PAGE) -> list[str]:
+    """Copy every block into ``page`` between its markers; returns the names the page has markers for."""
+    text = page.read_text()
+    found = [m.group(2) for m in MARK.finditer(text)]
+    missing = [name for name in found if name not in blocks]
+    if missing:
+        raise SystemExit(f"{page}: markers name unknown table blocks {missing} (known: {sorted(blocks)})")
+    page.write_text(MARK.sub(lambda m: m.group(1) + "\n" + blocks[m.group(2)].strip() + "\n\n" + m.group(4), text))
+    return found
 
 
 def report() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    parts: list[str] = []
-    summary: dict = {}
-    lr0 = shared_lr()
-    fedavg = collect([s for lr in LR_GRID for s in fedsum_specs(lr, seeds=(0,), patterns=("p1",), labels=["FedAvg"])],
-                     key=lambda s: s["group"])
-    parts.append("### FedAvg's η0 (P1, seed 0, round 100)\n")
-    parts.append("| η0 | test acc. (%) | test loss | f(x) |")
-    parts.append("|---|---|---|---|")
-    for lr in LR_GRID:
-        r = fedavg.get(f"eta{lr}/p1", {}).get(0)
-        if r is not None:
-            parts.append(f"| {lr} | {ms([final(r, 'test_accuracy')], 100, 1)} | "
-                         f"{ms([final(r, 'test_loss')], digits=3)} | {ms([r['train_objective']], digits=3)} |")
-    parts.append("")
-
-    shared = collect(fedsum_specs(lr0), key=lambda s: (s["group"].split("/")[1], s["label"]))
-    if shared:
-        text, data = fedsum_table(shared, dict.fromkeys(FEDSUM_ALGORITHMS, lr0))
-        summary["fedsum_shared"] = data
-        parts += [f"### FedSUM comparison, shared η0 = {lr0}, round 100, mean ± std over seeds\n", text]
-        parts += ["Test accuracy (%) at each evaluation (diverged runs left out)\n", early_table(shared)]
-        parts += ["Seed-paired differences against the baselines\n", paired(shared, OURS, BASELINES)]
-        parts += ["Within the FedSUM family\n", paired(shared, ["FedSUM-CR", "FedSUM-B"], ["FedSUM"])]
-        text, data = communication(shared)
-        summary["fedsum_shared_budget"] = data
-        parts += ["Communication\n", text]
-        plot_fedsum(shared, OUT / "fedsum_shared.png", f"shared η0 = {lr0}")
-
-    tuned = tuned_lrs()
-    summary["tuned_lr"] = tuned
-    grid = collect([s for lr in LR_GRID for s in fedsum_specs(lr, seeds=(0,), patterns=("p1",))],
-                   key=lambda s: (s["group"].split("/")[0], s["label"]))
-    if grid:
-        parts.append("### Each algorithm's own η0 (P1, seed 0, round 100): f(x) / test acc. (%)\n")
-        parts.append("| algorithm | " + " | ".join(f"η0 = {lr}" for lr in LR_GRID) + " | chosen (lowest f(x)) |")
-        parts.append("|---|" + "---|" * len(LR_GRID) + "---|")
-        for label in FEDSUM_ALGORITHMS:
-            cells = []
-            for lr in LR_GRID:
-                r = grid.get((f"eta{lr}", label), {}).get(0)
-                if r is None:
-                    cells.append("–")
-                elif not r["finite"] or r["train_objective"] is None:
-                    cells.append("diverged")
-                else:
-                    cells.append(f"{r['train_objective']:.3f} / {100 * r['test_accuracy'][-1]:.1f}")
-            parts.append(f"| {label} | " + " | ".join(cells) + f" | {tuned[label]} |")
-        parts.append("")
-    tuned_runs = {}
-    for label, lr in tuned.items():
-        if lr is None:
-            continue
-        for (p, lab), seeds in collect(fedsum_specs(lr, labels=[label]),
-                                        key=lambda s: (s["group"].split("/")[1], s["label"])).items():
-            tuned_runs[(p, lab)] = seeds
-    if tuned_runs and all(v is not None for v in tuned.values()):
-        text, data = fedsum_table(tuned_runs, tuned)
-        summary["fedsum_tuned"] = data
-        parts += ["### FedSUM comparison, each algorithm at its own η0, round 100, mean ± std over seeds\n", text]
-        parts += ["Seed-paired differences against the baselines (tuned)\n", paired(tuned_runs, OURS, BASELINES)]
-        plot_fedsum(tuned_runs, OUT / "fedsum_tuned.png", "each at its own η0")
-
-    text, data = cases_tables()
-    if data:
-        summary["cases"] = data
-        parts += ["### Participation cases 1-4, biased sampling, and Case 2 over p\n", text]
-        plot_cases(OUT / "cases.png")
-    text, data = fadamgc_tables(tuned_runs)
-    if data:
-        summary["fadamgc"] = data
-        parts += ["### FAdamGC against local Adam without correction\n", text]
-
-    text, data = fedadamom_tables()
-    if data:
-        summary["fedadamom"] = data
-        parts += ["### FedAdamom comparison\n", text]
-        plot_fedadamom(OUT / "fedadamom.png")
-    diag = OUT / "diagnosis.json"
-    if diag.is_file():
-        summary["diagnosis"] = json.loads(diag.read_text())
-    (OUT / "tables.md").write_text("\n".join(parts))
-    (OUT / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print("\n".join(parts))
+    rep = Report()
+    tuning(rep)
+    tuned = fedsum_section(rep, "tuned")
+    fedsum_section(rep, "shared")
+    budget_section(rep, tuned)
+    diagnosis_section(rep)
+    cases_section(rep)
+    fadamgc_section(rep, tuned)
+    fedadamom_section(rep)
+    flatness_section(rep)
+    paper_section(rep, tuned)
+    escape_section(rep)
+    rep.blocks["claims"] = claims_table(rep.claims)
+    rep.summary["claims"] = [{"claim": c.text, "verdict": c.verdict(), "key": c.key,
+                              "comparisons": {k: p.as_dict() for k, p in c.comparisons.items()}} for c in rep.claims]
+    (OUT / "tables.md").write_text("".join(f"<!-- {name} -->\n{rep.blocks[name].strip()}\n\n" for name in BLOCKS))
+    (OUT / "summary.json").write_text(json.dumps(rep.summary, indent=1) + "\n")
+    found = fill_page(rep.blocks)
+    print((OUT / "tables.md").read_text())
+    print(f"copied {len(found)} table blocks into {PAGE.relative_to(REPO)}")
 
 
 # -------------------------------------------------------------------------------------------- diagnose
 
 
 def diagnose() -> None:
-    """Why FedSUM trails: (1) full participation for 50 rounds (no absent clients, so no h_i older than one
-    round) for FedSUM and FedAvg, and FedSUM at eta_0 = 0.06 and 0.1 (its server step eta_0 K = 0.3 and 0.5);
-    (2) in the P1 run, the relative error of FedSUM's direction y/N
-    against the gradient of f at the same x, every 10 rounds."""
+    """Why FedSUM trails, at the shared eta_0 and on seed 0 (one seed is enough for a diagnosis): (1) full
+    participation for 50 rounds (no absent clients, so no h_i older than one round) for FedSUM and FedAvg,
+    and FedSUM at eta_0 = 0.06 and 0.1 (its server step eta_0 K = 0.3 and 0.5); (2) in the P1 run, the
+    relative error of FedSUM's direction y/N against the gradient of f at the same x, every 10 rounds."""
     import torch
 
     full = [spec("diagnose/full", label, FEDSUM_BASE,
