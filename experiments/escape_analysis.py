@@ -14,6 +14,10 @@ Writes ``analysis.json`` next to the input and prints a markdown table. For each
 * ``forms``: two-parameter fits L = a + b z(k) - q log k of the candidate laws (Kramers in 1/k with the
   prefactor k, in 1/sqrt(k) with the prefactor sqrt(k), either without a prefactor, and the power law),
   with b and the root-mean-square residual: which law describes the measured curve best;
+* ``burn_in``: per k, the escapes before the burn-in and the particles still in the well at T_max
+  (censored), each beside its count if the post-burn-in rate Gamma had held from round 0:
+  P (1 - e^(-Gamma t_burn)) and (P - early) e^(-Gamma (T_max - t_burn)) (the rounds from
+  ``escape_rounds.npz`` next to the input);
 * for FedAvgM, the leading-order Kramers prediction L(k) = E(1)/k - log(3.43 lambda k) with
   lambda = eta eta_l K / (1 - beta), E(1) = target_exponent, with no fitted constant.
 """
@@ -32,6 +36,7 @@ from escape_rate import PREFACTOR, fit_exponent, fit_interval, verdict
 def analyse(path: Path) -> dict:
     run = json.loads(path.read_text())
     cfg, out = run["config"], {}
+    rounds = np.load(path.parent / "escape_rounds.npz")
     for o, r in run["results"].items():
         k = np.asarray(r["k"])
         ml = np.asarray(r["minus_log_rate"])
@@ -61,6 +66,13 @@ def analyse(path: Path) -> dict:
             coef, *_ = np.linalg.lstsq(design, y, rcond=None)
             rms = float(np.sqrt(((design @ coef - y) ** 2).mean()))
             res["forms"][name] = {"a": float(coef[0]), "b": float(coef[1]), "rms": rms}
+        hits, gam = rounds[o], np.asarray(r["rate"])
+        early = ((hits >= 0) & (hits < cfg["burn_in"])).sum(axis=1)
+        res["burn_in"] = {"k": r["k"], "early": early.tolist(),
+                          "expected_early": (hits.shape[1] * -np.expm1(-gam * cfg["burn_in"])).tolist(),
+                          "censored": (hits == cfg["max_rounds"]).sum(axis=1).tolist(),
+                          "expected_censored": ((hits.shape[1] - early)
+                                                * np.exp(-gam * (cfg["max_rounds"] - cfg["burn_in"]))).tolist()}
         if o == "fedavgm":
             hp = run["hparams"][o]
             lam = hp["global_lr"] * cfg["local_lr"] * cfg["local_steps"] / (1 - hp["beta"])
@@ -94,6 +106,13 @@ def table(res: dict) -> str:
     for o, r in res.items():
         lines.append(f"| {o} | " + " | ".join(f"{r['forms'][n]['b']:.2f}, {r['forms'][n]['rms']:.3f}" for n in names)
                      + " |")
+    lines += ["", "| optimizer | k | escapes before the burn-in | expected at the post-burn-in rate | "
+              "censored at T_max | expected |", "|---|---|---|---|---|---|"]
+    for o, r in res.items():
+        b = r["burn_in"]
+        for i, k in enumerate(b["k"]):
+            lines.append(f"| {o} | {k:g} | {b['early'][i]} | {b['expected_early'][i]:.0f} | {b['censored'][i]} | "
+                         f"{b['expected_censored'][i]:.0f} |")
     if "fedavgm" in res and "kramers" in res["fedavgm"]:
         kr = res["fedavgm"]["kramers"]
         lines.append("")
