@@ -1,7 +1,7 @@
 """Tables, plots, claims and the FedSUM diagnosis of experiments/fmnist.py (``report`` and ``diagnose`` steps).
 
-Reads only the run summaries under docs/results/fmnist_10seeds/ (and docs/results/fedsum_paper/ for the
-paper-settings runs, docs/results/fmnist_10seeds/flatness/ for the flatness measurements); writes
+Reads only the run summaries under docs/results/fmnist_10seeds/ (and those of the paper-settings runs,
+``fmnist_runs.PAPER_OUT``, and the flatness measurements in its ``flatness`` folder); writes
 docs/results/fmnist_10seeds/tables.md, summary.json and the PNGs, and copies every table block into
 docs/results.md between its markers ``<!-- tables.md: NAME -->`` and ``<!-- end NAME -->``, so that
 ``python experiments/fmnist.py report`` is the one command that regenerates the page's numbers.
@@ -757,6 +757,8 @@ def plot_fedadamom(path: Path) -> None:
 
 BLOCKS = ("claims", "neutrality", "tuning", "fedsum_tuned", "fedsum_shared", "budget", "diagnosis", "cases",
           "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "paper")
+PLOTS = {"fedsum_tuned": "FedSUM comparison, each at its own eta_0", "fedsum_shared": "FedSUM comparison, shared eta_0",
+         "fedadamom": "FedAdamom comparison"}  # written by their sections once all their runs are finished
 MARK = re.compile(r"(<!-- tables\.md: ([\w.]+) -->\n)(.*?)(<!-- end \2 -->)", re.S)
 
 
@@ -790,7 +792,12 @@ def report() -> None:
                               "comparisons": {k: p.as_dict() for k, p in c.comparisons.items()}} for c in rep.claims]
     (OUT / "tables.md").write_text("".join(f"<!-- {name} -->\n{rep.blocks[name].strip()}\n\n" for name in BLOCKS))
     (OUT / "summary.json").write_text(json.dumps(rep.summary, indent=1) + "\n")
-    found = fill_page(rep.blocks)
+    page = dict(rep.blocks)  # the plots only on the page (tables.md lives elsewhere: its links would differ)
+    for name, title in PLOTS.items():
+        png = OUT / f"{name}.png"
+        page[f"plot_{name}"] = (f"![{title}]({png.relative_to(PAGE.parent)})" if png.is_file()
+                                else f"(plot {rep.blocks[name.replace('fedadamom', 'fedadamom_0.1')].strip()})")
+    found = fill_page(page)
     print((OUT / "tables.md").read_text())
     print(f"copied {len(found)} table blocks into {PAGE.relative_to(REPO)}")
 

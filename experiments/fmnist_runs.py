@@ -4,9 +4,9 @@ not each other.
 
 Every run is ``fedrun.run`` on a base config of configs/fmnist/ plus dotted overrides, one at a time in
 this process (the data set is read once). A finished run leaves a summary JSON under
-docs/results/fmnist/<group>/ (curves, communication, the train objective f(x)); a run whose summary
+docs/results/fmnist_10seeds/<group>/ (curves, communication, the train objective f(x)); a run whose summary
 exists is not run again, so an interrupted grid continues where it stopped, and ``report`` needs only
-the summaries. Run directories go to runs/fmnist/ (not committed).
+the summaries. Run directories go to runs/fmnist_10seeds/ and runs/fedsum_paper/ (not committed).
 
 Ten seeds (0-9) are reported. Every choice of a learning rate is made on separate tuning seeds (100 and
 101), on the training objective f(x) = (1/N) sum_i f_i(x) at the last round averaged over them (each f_i
