@@ -12,7 +12,7 @@ against the adaptive server optimizers, with the FedSUM paper's MNIST CNN, ten r
     python experiments/fmnist.py ablation    # FedAdamom's beta2
     python experiments/fmnist.py paper       # FedSUM, FedSUM-CR, MIFA, FedAvg at the paper's settings (N = 100)
     python experiments/fmnist.py diagnose    # why FedSUM trails: its y against the true gradient
-    python experiments/fmnist.py report      # tables and plots from the committed summaries only
+    python experiments/fmnist.py report      # tables, plots, claims from the summaries; fills docs/results.md
 
 A step that needs a choice (an eta_0, a server lr) runs the grids it depends on first. The grids, runs and
 choices are in experiments/fmnist_runs.py: a run is cached by its summary JSON under
