@@ -8,9 +8,11 @@ docs/results.md between its markers ``<!-- tables.md: NAME -->`` and ``<!-- end 
 
 Every comparison is seed-paired (experiments/stats.py): the same seed means the same partition,
 participation draws, minibatches and dropout. A cell "Δ a − b" reads "mean (95% t-interval), Wilcoxon p,
-wins/n". A run that diverged counts as chance accuracy (10%, ten classes) in every accuracy comparison,
-and has no f(x) or test loss: its seed drops out of those comparisons. A section whose runs are not all
-finished prints "pending: k of n runs finished" and no numbers; its claims get no verdict.
+wins/n"; summary.json holds every comparison with its per-seed differences and a seeded percentile
+bootstrap interval beside the t-interval. A run that diverged counts as chance accuracy (10%, ten
+classes) in every accuracy comparison, and has no f(x) or test loss: its seed drops out of those
+comparisons. A section whose runs are not all finished prints "pending: k of n runs finished" and no
+numbers; its claims get no verdict.
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ def values(runs: dict[int, dict], key: str) -> dict[int, float | None]:
 
 
 def compare(a: dict[int, dict], b: dict[int, dict], key: str) -> Paired:
-    return paired(values(a, key), values(b, key), higher_is_better=HIGHER[key])
+    """Seed-paired a - b on ``key``, with the bootstrap interval beside the t-interval (summary.json)."""
+    return paired(values(a, key), values(b, key), higher_is_better=HIGHER[key], bootstrap=True)
 
 
 def collect(specs: list[dict], key: Callable[[dict], object]) -> dict:
