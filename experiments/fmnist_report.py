@@ -261,50 +261,44 @@ def tuning(rep: Report) -> None:
         return (f"{np.mean([r['train_objective'] for r in rs]):.3f} / "
                 f"{100 * np.mean([r['test_accuracy'][-1] for r in rs]):.1f}")
 
-    grid = tune_specs()
-    parts.append("**The FedSUM comparison's η0** (P1, 100 rounds)\n")
-    status = pending(grid)
-    if status:
-        parts.append(status + "\n")
-    else:
+    def fedsum_grid() -> list[str]:
         lrs = tuned_lrs()
         rep.summary["tuned_lr"] = lrs
-        parts.append("| algorithm | " + " | ".join(f"η0 = {v}" for v in LR_GRID) + " | chosen |")
-        parts.append("|---|" + "---|" * (len(LR_GRID) + 1))
+        lines = ["| algorithm | " + " | ".join(f"η0 = {v}" for v in LR_GRID) + " | chosen |",
+                 "|---|" + "---|" * (len(LR_GRID) + 1)]
         for label in FEDSUM_ALGORITHMS:
             cells = [cell([load(s) for s in fedsum_specs(v, TUNE_SEEDS, ("p1",), [label])]) for v in LR_GRID]
-            parts.append(f"| {label} | " + " | ".join(cells) + f" | {lrs[label]} |")
-        parts.append(f"\nThe shared η0 (the paper's protocol: every algorithm at FedAvg's choice): {shared_lr()}.\n")
-    grid = fedadamom_specs()
-    parts.append("**The FedAdamom comparison's server lr** (client lr for FedCAda and FAFED; Dirichlet 0.1, "
-                 "60 rounds; Dirichlet 0.5 uses the same values)\n")
-    status = pending(grid)
-    if status:
-        parts.append(status + "\n")
-    else:
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {lrs[label]} |")
+        return [*lines, f"\nThe shared η0 (the paper's protocol: every algorithm at FedAvg's choice): {shared_lr()}.\n"]
+
+    def fedadamom_grid() -> list[str]:
         rep.summary["fedadamom_choice"] = {}
-        parts.append("| algorithm | knob | values: mean f(x) / mean test acc. (%) | chosen |")
-        parts.append("|---|---|---|---|")
+        lines = ["| algorithm | knob | values: mean f(x) / mean test acc. (%) | chosen |", "|---|---|---|---|"]
+        grid = fedadamom_specs()
         for label, (_fixed, key, grid_values) in FEDADAMOM_ALGORITHMS.items():
-            chosen = fedadamom_choice(label)
-            rep.summary["fedadamom_choice"][label] = chosen
+            chosen = rep.summary["fedadamom_choice"][label] = fedadamom_choice(label)
             knob = key.split(".")[-1]
             cells = [f"{v}: {cell([load(s) for s in grid if s['label'] == f'{label} {knob}={v}'])}"
                      for v in grid_values]
-            parts.append(f"| {label} | {key} | " + "; ".join(cells) + f" | {chosen} |")
-        parts.append("")
-    grid = fadamgc_specs()
-    parts.append("**FAdamGC's local lr** (P1, 100 rounds)\n")
-    status = pending(grid)
-    if status:
-        parts.append(status + "\n")
-    else:
-        parts.append("| variant | " + " | ".join(f"lr = {v}" for v in ADAM_LR_GRID) + " | chosen |")
-        parts.append("|---|" + "---|" * (len(ADAM_LR_GRID) + 1))
+            lines.append(f"| {label} | {key} | " + "; ".join(cells) + f" | {chosen} |")
+        return [*lines, ""]
+
+    def fadamgc_grid() -> list[str]:
+        lines = ["| variant | " + " | ".join(f"lr = {v}" for v in ADAM_LR_GRID) + " | chosen |",
+                 "|---|" + "---|" * (len(ADAM_LR_GRID) + 1)]
+        grid = fadamgc_specs()
         for label in FADAMGC_ALGORITHMS:
             rows = {v: [load(s) for s in grid if s["label"] == f"{label} lr={v}"] for v in ADAM_LR_GRID}
-            parts.append(f"| {label} | " + " | ".join(cell(rows[v]) for v in ADAM_LR_GRID) + f" | {best(rows)} |")
-        parts.append("")
+            lines.append(f"| {label} | " + " | ".join(cell(rows[v]) for v in ADAM_LR_GRID) + f" | {best(rows)} |")
+        return [*lines, ""]
+
+    for title, grid, table in (
+            ("**The FedSUM comparison's η0** (P1, 100 rounds)", tune_specs(), fedsum_grid),
+            ("**The FedAdamom comparison's server lr** (client lr for FedCAda and FAFED; Dirichlet 0.1, 60 rounds; "
+             "Dirichlet 0.5 uses the same values)", fedadamom_specs(), fedadamom_grid),
+            ("**FAdamGC's local lr** (P1, 100 rounds)", fadamgc_specs(), fadamgc_grid)):
+        status = pending(grid)
+        parts += [title + "\n", *([status + "\n"] if status else table())]
     rep.blocks["tuning"] = "\n".join(parts)
 
 
