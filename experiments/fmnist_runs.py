@@ -168,7 +168,7 @@ def run_one(s: dict) -> str:
     for item in s["overrides"]:
         apply_override(cfg, item)
     start = time.time()
-    from fedrun.errors import NumericalError
+    from fedrun.errors import NumericalError, RunInterrupted
 
     summary.parent.mkdir(parents=True, exist_ok=True)
     summary.with_suffix(".error.txt").unlink(missing_ok=True)
@@ -182,6 +182,8 @@ def run_one(s: dict) -> str:
                     "test_loss": [], "wall_s": round(time.time() - start, 2)})
         summary.write_text(json.dumps(out) + "\n")
         return "diverged"
+    except RunInterrupted:  # a stop signal (SIGTERM, Ctrl-C): the run checkpointed; stop the whole step
+        raise SystemExit(f"interrupted during {s['summary']}: run the same step again to continue") from None
     except Exception as exc:  # keep the grid going; the run stays unfinished and the report omits it
         (summary.with_suffix(".error.txt")).write_text(f"{type(exc).__name__}: {exc}\n")
         return f"error: {type(exc).__name__}: {exc}"
