@@ -3,6 +3,8 @@ for bit, on real ranks; sparse files that cost only the rows written; the store 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -10,9 +12,20 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import config, final_models, final_state, kill_mid_checkpoint, metrics, run_ranks, train_args
+from helpers import (
+    LEAST_SQUARES,
+    config,
+    final_models,
+    final_state,
+    kill_mid_checkpoint,
+    metrics,
+    one_line_problems,
+    run_ranks,
+    train_args,
+)
 
 from fedrun.checkpoint import CheckpointReader, CheckpointWriter, find_latest_valid
+from fedrun.cli import main
 from fedrun.errors import CheckpointError, ConfigError
 from fedrun.protocol import Scalar, Vector
 from fedrun.state.choice import StorePlan, choose
@@ -207,3 +220,32 @@ def test_cnn_on_disk_killed_mid_checkpoint_or_resumed_on_more_ranks_equals_the_u
         assert np.array_equal(x, want[0]), run.name
         assert per_round == want[1], run.name
         assert result == want[2], run.name
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    """``fedrun train`` in this process (the CLI's own output and error path): (status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["train", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_start_up_names_the_store_and_a_bad_state_dir_is_one_line(tmp_path):
+    """The start-up line and runtime.json say which store a run took and why; a state.dir that is a file,
+    or lies under one, is refused with one line naming it (status 2), and the run directory stays empty."""
+    base = [*LEAST_SQUARES, "algorithm.name=scaffold", "run.rounds=1", "participation.clients_per_round=3"]
+    for store, said in (("auto", "client state in memory ("), ("disk", "client state on disk (requested; ")):
+        run = tmp_path / store
+        code, out, _ = cli(f"run.dir={run}", *base, f"state.store={store}", f"state.dir={tmp_path / 'scratch'}")
+        line = next(x for x in out.splitlines() if "client state" in x)
+        assert code == 0 and line.startswith(f"fedrun: {said}"), out
+        assert json.loads((run / "runtime.json").read_text())["client_store"] in line
+    assert str(tmp_path / "scratch") in line and not list((tmp_path / "scratch").iterdir())
+    blocker = tmp_path / "a_file"
+    blocker.write_text("a regular file where a directory should be")
+    for bad in (blocker, blocker / "sub"):
+        run = tmp_path / f"bad_{bad.name}"
+        code, _, err = cli("--quiet", f"run.dir={run}", *base, "state.store=disk", f"state.dir={bad}")
+        assert not one_line_problems(code, err, f"state.dir={bad}"), err
+        assert [p.name for p in run.iterdir()] == [".lock"]
+    assert blocker.read_text().startswith("a regular file")
