@@ -128,12 +128,13 @@ def kill_after(args: list[str], run_dir: Path, rounds_done: int, ranks: int = 2)
     proc.wait()
 
 
-def kill_mid_checkpoint(args: list[str], run_dir: Path, ranks: int = 2, tries: int = 5, first: int = 2) -> Path:
+def kill_mid_checkpoint(args: list[str], run_dir: Path, ranks: int = 2, tries: int = 5, first: int = 2,
+                        written: int = 1) -> Path:
     """SIGKILL a job of ``ranks`` ranks while rank 0 writes the checkpoint of a round >= ``first`` (an
-    earlier checkpoint then holds state to resume from): the moment its ``.ckpt_<r>.h5.tmp`` holds bytes.
-    A write can end between the look and the kill; then the job is started again with ``--resume auto``
-    and killed at a later write, up to ``tries`` times. Returns the temporary the kill left behind (the
-    proof that it landed inside the write)."""
+    earlier checkpoint then holds state to resume from): the moment its ``.ckpt_<r>.h5.tmp`` holds
+    ``written`` bytes. A write can end between the look and the kill; then the job is started again with
+    ``--resume auto`` and killed at a later write, up to ``tries`` times. Returns the temporary the kill
+    left behind (the proof that it landed inside the write)."""
     for attempt in range(tries):
         cmd = [mpiexec(), "-n", str(ranks), sys.executable, *args, *(["--resume", "auto"] if attempt else [])]
         proc = subprocess.Popen(cmd, env=child_env(), cwd=REPO, stdout=subprocess.DEVNULL,
@@ -141,8 +142,8 @@ def kill_mid_checkpoint(args: list[str], run_dir: Path, ranks: int = 2, tries: i
         seen = None
         deadline = time.time() + 120
         while seen is None and proc.poll() is None and time.time() < deadline:
-            seen = next((p for p in run_dir.glob(".ckpt_*.h5.tmp")
-                         if int(p.name.removeprefix(".ckpt_").removesuffix(".h5.tmp")) >= first and _size(p) > 0), None)
+            seen = next((p for p in run_dir.glob(".ckpt_*.h5.tmp") if _round(p) >= first and _size(p) >= written),
+                        None)
             if seen is None:
                 time.sleep(0.001)
         assert proc.poll() is None, "the run finished before a checkpoint write was seen; make it longer"
@@ -151,6 +152,10 @@ def kill_mid_checkpoint(args: list[str], run_dir: Path, ranks: int = 2, tries: i
         if seen is not None and seen.exists():
             return seen
     pytest.fail(f"no SIGKILL of {tries} landed inside a checkpoint write")
+
+
+def _round(temporary: Path) -> int:
+    return int(temporary.name.removeprefix(".ckpt_").removesuffix(".h5.tmp"))
 
 
 def _size(path: Path) -> int:

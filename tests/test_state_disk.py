@@ -208,8 +208,12 @@ def test_cnn_on_disk_killed_mid_checkpoint_or_resumed_on_more_ranks_equals_the_u
     rounds = 6
     run_ranks(2, cnn_args(tmp_path / "whole", rounds))
     want = outcome(tmp_path / "whole")
+    runtime = json.loads((tmp_path / "whole" / "runtime.json").read_text())
+    assert runtime["client_store"].startswith("on disk (requested; ")
+    on_disk = runtime["client_state_disk_bytes_per_rank"]
+    assert len(on_disk) == 2 and min(on_disk) > 0  # both ranks wrote rows of their clients
     killed = tmp_path / "killed"
-    tmp = kill_mid_checkpoint(cnn_args(killed, rounds), killed)
+    tmp = kill_mid_checkpoint(cnn_args(killed, rounds), killed, written=2**18)  # into the client rows
     assert not (killed / "result.json").exists()  # the kill came before the end
     run_ranks(2, cnn_args(killed, rounds, resume=True))
     assert not tmp.exists() and not list(killed.glob("*.tmp"))
