@@ -170,6 +170,8 @@ CNN_STATEFUL = {"fedsum": {"name": "fedsum"}, "fedawe": {"name": "fedawe"},
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [0, 2])
 def test_cnn_on_the_disk_store_equals_the_memory_store_bit_for_bit(tmp_path, ranks):
+    """Three rounds of each algorithm on each store in one launch (one process, or 2 ranks over gloo): the
+    final models agree bit for bit, and differ between algorithms (the state mattered)."""
     configs = {f"{name} {store}": {**CNN, "algorithm": algo, "state": {"store": store, "dir": str(tmp_path / "s")}}
                for name, algo in CNN_STATEFUL.items() for store in ("memory", "disk")}
     models = final_models(ranks, tmp_path, configs)
@@ -203,7 +205,7 @@ def outcome(run_dir: Path) -> tuple[np.ndarray, list, dict]:
 
 @pytest.mark.mpi
 def test_cnn_on_disk_killed_mid_checkpoint_and_resumed_on_more_ranks_equals_the_uninterrupted_run(tmp_path):
-    """One rank SIGKILLed while it writes a checkpoint (its .tmp a fifth written), then --resume auto on 2
+    """One rank SIGKILLed while it writes a checkpoint (256 KiB of its .tmp written), then --resume auto on 2
     ranks (elastic 1 -> 2): the uninterrupted 2-rank run bit for bit, and no .tmp is left. (Elastic resumes
     alone, 2 -> 1 and 1 -> 2: test_disk_store_resumes_exactly_and_elastically.)"""
     rounds = 6
