@@ -140,3 +140,44 @@ def test_bad_input_is_one_line_status_2_nothing_written(cnn_run, tmp_path, capsy
     print(err)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and names in err, err
     assert (sorted(p.name for p in tmp_path.iterdir()), sorted(p.name for p in cnn_run.iterdir())) == before
+
+
+def test_the_fmnist_flatness_step_measures_trained_runs_once_and_lists_the_rest(cnn_run, tmp_path, capsys,
+                                                                               monkeypatch):
+    """experiments/fmnist_flatness.py on a small spec list of its own: the trained run gets its JSON, a run
+    without a summary is listed as not trained, a diverged one as diverged, a label outside the comparison
+    is left out, a label without runs is named; a second call measures nothing again."""
+    sys.path.insert(0, str(REPO / "experiments"))
+    import fmnist_flatness
+
+    monkeypatch.setattr(fmnist_flatness, "SETTINGS", {"examples": 200, "rho": (0.05,), "directions": 2,
+                                                      "iterations": 3, "seed": 0})
+    summaries = tmp_path / "summaries"
+    summaries.mkdir()
+    (summaries / "FedAvg_s0.json").write_text('{"finite": true}\n')
+    (summaries / "FedAdam_s0.json").write_text('{"finite": false}\n')
+    (summaries / "FedYogi_s0.json").write_text('{"finite": true}\n')
+
+    def fake(label: str, name: str) -> dict:
+        return {"label": label, "seed": 0, "summary": str(summaries / f"{name}.json"),
+                "overrides": [f"run.dir={cnn_run}"]}
+
+    specs = [fake("FedAvg global_lr=1.0", "FedAvg_s0"), fake("FADAS global_lr=0.01", "FADAS_s0"),
+             fake("FedAdam global_lr=0.01", "FedAdam_s0"), fake("FedYogi global_lr=0.01", "FedYogi_s0"),
+             fake("FedAvgM global_lr=0.3", "FedAvgM_s0")]
+    out = tmp_path / "flatness"
+    fmnist_flatness.flatness_all(specs, out)
+    text = capsys.readouterr().out
+    assert "0 of 4 runs measured already, 1 to do, 2 not trained yet, 1 diverged" in text, text
+    assert "not trained yet: FADAS global_lr=0.01 seed 0" in text and "diverged, no minimum to measure: FedAdam" in text
+    assert "no runs of FedAdamom yet" in text and "[1/1] FedAvg global_lr=1.0 seed 0" in text
+    assert sorted(p.name for p in out.iterdir()) == ["FedAvg_s0.json"]
+    record = json.loads((out / "FedAvg_s0.json").read_text())
+    assert {"label", "seed", "top_eigenvalue", "iterations", "rho", "loss_increase", "loss_increase_std",
+            "train_loss", "train_accuracy", "test_accuracy", "examples", "directions"} <= set(record)
+    assert record["label"] == "FedAvg" and record["setting"] == "global_lr=1.0" and record["examples"] == 200
+    assert record["rho"] == [0.05] and len(record["loss_increase"]) == 1 and math.isfinite(record["top_eigenvalue"])
+    before = (out / "FedAvg_s0.json").read_bytes()
+    fmnist_flatness.flatness_all(specs, out)
+    assert "1 of 4 runs measured already, 0 to do" in capsys.readouterr().out
+    assert (out / "FedAvg_s0.json").read_bytes() == before
