@@ -42,6 +42,7 @@ from torch import Tensor
 from torch.func import grad, jvp
 
 from fedrun.data.client_source import ClientSource
+from fedrun.errors import CheckpointError
 from fedrun.export import read_global_model, rebuild_module
 from fedrun.federation.build import client_data
 from fedrun.training.evaluate import evaluate_examples
@@ -173,6 +174,8 @@ def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[flo
     classification = data.task.task == "classification"
     model, loss_fn = FlatModel(module), loss_for(data.task.task)
     x = saved.x.to(dtype)
+    if not bool(torch.isfinite(x).all()):
+        raise CheckpointError(f"{saved.checkpoint}: server/x has non-finite values; expected a trained model")
 
     def tensors(a: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:
         a, y = torch.as_tensor(a), torch.as_tensor(y)

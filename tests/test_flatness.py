@@ -115,6 +115,7 @@ def test_flatness_of_a_cnn_checkpoint_is_finite_and_repeats_for_the_same_seed(cn
     (["{run}", "--directions", "x"], "--directions"),
     (["{run}", "--seed", "-1"], "--seed"),
     (["{unbuildable}"], "model.name"),
+    (["{nonfinite}"], "server/x has non-finite values"),
 ])
 def test_bad_input_is_one_line_status_2_nothing_written(cnn_run, tmp_path, capsys, args, names):
     import shutil
@@ -130,7 +131,15 @@ def test_bad_input_is_one_line_status_2_nothing_written(cnn_run, tmp_path, capsy
         del f["meta/config"]
         f.create_dataset("meta/config", data=config, dtype=h5py.string_dtype("utf-8"))
         f["meta/config"].attrs["crc32"] = np.uint32(zlib.crc32(config.encode()))
-    paths = {"missing": tmp_path / "nope.h5", "not_ckpt": bad, "run": cnn_run, "unbuildable": unbuildable}
+    nonfinite = tmp_path / "nonfinite.h5"
+    shutil.copy(cnn_run / "ckpt_00000002.h5", nonfinite)
+    with h5py.File(nonfinite, "r+") as f:  # a valid file holding a diverged model
+        x = f["server/x"][()]
+        x[0] = np.nan
+        f["server/x"][...] = x
+        f["server/x"].attrs["crc32"] = np.uint32(zlib.crc32(np.ascontiguousarray(x).tobytes()))
+    paths = {"missing": tmp_path / "nope.h5", "not_ckpt": bad, "run": cnn_run, "unbuildable": unbuildable,
+             "nonfinite": nonfinite}
     before = sorted(p.name for p in tmp_path.iterdir()), sorted(p.name for p in cnn_run.iterdir())
     try:  # in this process: the CLI's own error path (argparse's errors exit)
         code = main(["flatness", *[a.format(**paths) for a in args]])
