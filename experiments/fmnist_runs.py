@@ -107,6 +107,11 @@ def spec(group: str, label: str, base: Path, overrides: list[str], seed: int, ou
             "summary": str((out / group / f"{name}.json").relative_to(REPO))}
 
 
+def run_dir(s: dict) -> Path:
+    """The run directory of ``s`` (its run.dir override, relative to the repository)."""
+    return REPO / next(o for o in s["overrides"] if o.startswith("run.dir=")).split("=", 1)[1]
+
+
 _TASKS: dict = {}
 
 
@@ -189,7 +194,7 @@ def run_one(s: dict) -> str:
         (summary.with_suffix(".error.txt")).write_text(f"{type(exc).__name__}: {exc}\n")
         return f"error: {type(exc).__name__}: {exc}"
     wall = time.time() - start
-    metrics_file = REPO / next(o for o in s["overrides"] if o.startswith("run.dir=")).split("=", 1)[1] / "metrics.jsonl"
+    metrics_file = run_dir(s) / "metrics.jsonl"
     m = [json.loads(line) for line in metrics_file.read_text().splitlines()]  # every round, resumed ones too
     evals = [r for r in m if "test_accuracy" in r]
     x = np.asarray(result.x)

@@ -4,6 +4,8 @@ Launching real ranks (``mpiexec`` of the mpich wheel):
 
 * ``run_ranks(ranks, args, ...)``: ``python ARGS`` on ``ranks`` MPI ranks (0: a plain process);
 * ``kill_after(args, run_dir, rounds_done)``: start such a job and SIGKILL all of it after that many rounds;
+* ``kill_mid_checkpoint(args, run_dir)``: SIGKILL such a job while a checkpoint's ``.tmp`` is being written
+  (not the first: an earlier checkpoint holds state to resume from);
 * ``slurm_reason()``: why the real Slurm of tests/cluster/slurm_up.sh cannot serve a test, or None;
 * ``final_models(ranks, tmp_path, {name: config})`` / ``final_model(ranks, tmp_path, config)``: final models
   of runs on ``ranks`` ranks, many configs per launch (tests/mpi_models.py);
@@ -124,6 +126,43 @@ def kill_after(args: list[str], run_dir: Path, rounds_done: int, ranks: int = 2)
     assert proc.poll() is None, "the run finished before it could be killed; make it longer"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def kill_mid_checkpoint(args: list[str], run_dir: Path, ranks: int = 2, tries: int = 5, first: int = 2,
+                        written: int = 1) -> Path:
+    """SIGKILL a job of ``ranks`` ranks while rank 0 writes the checkpoint of a round >= ``first`` (an
+    earlier checkpoint then holds state to resume from): the moment its ``.ckpt_<r>.h5.tmp`` holds
+    ``written`` bytes. A write can end between the look and the kill; then the job is started again with
+    ``--resume auto`` and killed at a later write, up to ``tries`` times. Returns the temporary the kill
+    left behind (the proof that it landed inside the write)."""
+    for attempt in range(tries):
+        cmd = [mpiexec(), "-n", str(ranks), sys.executable, *args, *(["--resume", "auto"] if attempt else [])]
+        proc = subprocess.Popen(cmd, env=child_env(), cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        seen = None
+        deadline = time.time() + 120
+        while seen is None and proc.poll() is None and time.time() < deadline:
+            seen = next((p for p in run_dir.glob(".ckpt_*.h5.tmp") if _round(p) >= first and _size(p) >= written),
+                        None)
+            if seen is None:
+                time.sleep(0.001)
+        assert proc.poll() is None, "the run finished before a checkpoint write was seen; make it longer"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if seen is not None and seen.exists():
+            return seen
+    pytest.fail(f"no SIGKILL of {tries} landed inside a checkpoint write")
+
+
+def _round(temporary: Path) -> int:
+    return int(temporary.name.removeprefix(".ckpt_").removesuffix(".h5.tmp"))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # renamed into place between the listing and the look
+        return 0
 
 
 def one_line_problems(code: Any, err: str, needle: str) -> list[str]:

@@ -3,15 +3,29 @@ for bit, on real ranks; sparse files that cost only the rows written; the store 
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import config, final_models, final_state, metrics, run_ranks, train_args
+from helpers import (
+    LEAST_SQUARES,
+    config,
+    final_models,
+    final_state,
+    kill_mid_checkpoint,
+    metrics,
+    one_line_problems,
+    run_ranks,
+    train_args,
+)
 
-from fedrun.checkpoint import CheckpointReader, CheckpointWriter
+from fedrun.checkpoint import CheckpointReader, CheckpointWriter, find_latest_valid
+from fedrun.cli import main
 from fedrun.errors import CheckpointError, ConfigError
 from fedrun.protocol import Scalar, Vector
 from fedrun.state.choice import StorePlan, choose
@@ -96,7 +110,8 @@ def test_auto_takes_memory_while_it_fits_then_disk_then_refuses(tmp_path):
 @pytest.mark.mpi
 def test_disk_store_resumes_exactly_and_elastically(tmp_path):
     """SCAFFOLD on disk: 2 ranks stopped after 6 rounds and resumed on 2 ranks equals an uninterrupted run on
-    the in-memory store bit for bit; resumed 2 -> 1 and 1 -> 2 ranks, to float rounding of the re-blocked sums."""
+    the in-memory store bit for bit; so do runs resumed 2 -> 1 and 1 -> 2 ranks (the sums over clients are
+    exact, so re-blocked rows give the same sums)."""
     disk = ["algorithm.name=scaffold", "state.store=disk", f"state.dir={tmp_path / 'scratch'}"]
     run_ranks(2, train_args(tmp_path / "whole", 12, ["algorithm.name=scaffold", "state.store=memory"]))
     run_ranks(2, train_args(tmp_path / "cut", 6, disk))
@@ -110,7 +125,7 @@ def test_disk_store_resumes_exactly_and_elastically(tmp_path):
         run_ranks(then, train_args(tmp_path / name, 12, disk, resume=True))
         got = final_state(tmp_path / name)
         for key in whole:
-            np.testing.assert_allclose(got[key], whole[key], rtol=1e-10, atol=1e-12, err_msg=f"{name} {key}")
+            assert np.array_equal(got[key], whole[key]), f"{name} {key}"
 
 
 def test_checkpoint_rows_never_written_are_skipped_verified_and_read_as_fill(tmp_path):
@@ -135,3 +150,104 @@ def test_checkpoint_rows_never_written_are_skipped_verified_and_read_as_fill(tmp
         f["clients/c_i"][501, 7] = -1
     with CheckpointReader(path) as r, pytest.raises(CheckpointError, match="rows 500:510"):
         r.verify()
+
+
+# ------------------------------------------------------------------------------------ the CNN, out of core
+
+# the MNIST CNN (with dropout: a random model) on the embedded mnist5k, 40 clients, 4 a round; float32
+CNN = {"run": {"rounds": 3, "seed": 2, "device": "cpu"},
+       "data": {"name": "mnist5k", "num_clients": 40},
+       "model": {"name": "cnn_mnist"},
+       "local": {"steps": 2, "batch_size": 8, "lr": 0.05, "strategy": "sequential"},
+       "participation": {"pattern": "uniform", "clients_per_round": 4},
+       "eval": {"every": 0}}
+# vector state of every kind: zeros (FedSUM's h_i, FAdamGC's y_i and moments) and x^(0)
+# (FedSUM's z_i, FedAWE's x_own, which the round after replaces for the consumed clients), beside scalars
+CNN_STATEFUL = {"fedsum": {"name": "fedsum"}, "fedawe": {"name": "fedawe"},
+                "fadamgc": {"name": "fadamgc", "persist_moments": True}}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [0, 2])
+def test_cnn_on_the_disk_store_equals_the_memory_store_bit_for_bit(tmp_path, ranks):
+    """Three rounds of each algorithm on each store in one launch (one process, or 2 ranks over gloo): the
+    final models agree bit for bit, and differ between algorithms (the state mattered)."""
+    configs = {f"{name} {store}": {**CNN, "algorithm": algo, "state": {"store": store, "dir": str(tmp_path / "s")}}
+               for name, algo in CNN_STATEFUL.items() for store in ("memory", "disk")}
+    models = final_models(ranks, tmp_path, configs)
+    for name in CNN_STATEFUL:
+        memory, disk = models[f"{name} memory"], models[f"{name} disk"]
+        assert memory.dtype == np.float32 and np.isfinite(memory).all(), name
+        assert np.array_equal(memory, disk), name
+    assert len({models[f"{name} memory"].tobytes() for name in CNN_STATEFUL}) == len(CNN_STATEFUL)
+
+
+def cnn_args(run_dir: Path, rounds: int, resume: bool = False) -> list[str]:
+    """A CLI run of the CNN with FedSUM (h_i streamed by the rows written, z_i whole) on the disk store,
+    a checkpoint every round."""
+    flat = [f"{section}.{key}={value}" for section, values in CNN.items() for key, value in values.items()
+            if section != "run"]
+    args = ["-m", "fedrun", "train", "--quiet", f"run.dir={run_dir}", f"run.rounds={rounds}", "run.seed=2",
+            *flat, "algorithm.name=fedsum", "state.store=disk", "checkpoint.every=1"]
+    return [*args, "--resume", "auto"] if resume else args
+
+
+def outcome(run_dir: Path) -> tuple[np.ndarray, list, dict]:
+    """What a run leaves that does not depend on the checkpoint layout: the global model read back through
+    the checkpoint reader, each round's loss and server fingerprint, and result.json."""
+    with CheckpointReader(find_latest_valid(run_dir)) as ckpt:
+        x = ckpt.read("server/x")
+    rounds = [(m["round"], m["train_loss"], m["fingerprint"]) for m in metrics(run_dir)]
+    result = json.loads((run_dir / "result.json").read_text())
+    result.pop("wall_s")
+    return x, rounds, result
+
+
+@pytest.mark.mpi
+def test_cnn_on_disk_killed_mid_checkpoint_and_resumed_on_more_ranks_equals_the_uninterrupted_run(tmp_path):
+    """One rank SIGKILLed while it writes a checkpoint (256 KiB of its .tmp written), then --resume auto on 2
+    ranks (elastic 1 -> 2): the uninterrupted 2-rank run bit for bit, and no .tmp is left. (Elastic resumes
+    alone, 2 -> 1 and 1 -> 2: test_disk_store_resumes_exactly_and_elastically.)"""
+    rounds = 6
+    run_ranks(2, cnn_args(tmp_path / "whole", rounds))
+    runtime = json.loads((tmp_path / "whole" / "runtime.json").read_text())
+    assert runtime["client_store"].startswith("on disk (requested; ")
+    on_disk = runtime["client_state_disk_bytes_per_rank"]
+    assert len(on_disk) == 2 and min(on_disk) > 0  # both ranks wrote rows of their clients
+    killed = tmp_path / "killed"
+    tmp = kill_mid_checkpoint(cnn_args(killed, rounds), killed, ranks=1, written=2**18)  # into the client rows
+    assert not (killed / "result.json").exists()  # the kill came before the end
+    run_ranks(2, cnn_args(killed, rounds, resume=True))
+    assert not tmp.exists() and not list(killed.glob("*.tmp"))
+    x, per_round, result = outcome(killed)
+    want = outcome(tmp_path / "whole")
+    assert np.array_equal(x, want[0]) and per_round == want[1] and result == want[2]
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    """``fedrun train`` in this process (the CLI's own output and error path): (status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["train", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_start_up_names_the_store_and_a_bad_state_dir_is_one_line(tmp_path):
+    """The start-up line and runtime.json say which store a run took and why; a state.dir that is a file,
+    or lies under one, is refused with one line naming it (status 2), and the run directory stays empty."""
+    base = [*LEAST_SQUARES, "algorithm.name=scaffold", "run.rounds=1", "participation.clients_per_round=3"]
+    for store, said in (("auto", "client state in memory ("), ("disk", "client state on disk (requested; ")):
+        run = tmp_path / store
+        code, out, _ = cli(f"run.dir={run}", *base, f"state.store={store}", f"state.dir={tmp_path / 'scratch'}")
+        line = next(x for x in out.splitlines() if "client state" in x)
+        assert code == 0 and line.startswith(f"fedrun: {said}"), out
+        assert json.loads((run / "runtime.json").read_text())["client_store"] in line
+    assert str(tmp_path / "scratch") in line and not list((tmp_path / "scratch").iterdir())
+    blocker = tmp_path / "a_file"
+    blocker.write_text("a regular file where a directory should be")
+    for bad in (blocker, blocker / "sub"):
+        run = tmp_path / f"bad_{bad.name}"
+        code, _, err = cli("--quiet", f"run.dir={run}", *base, "state.store=disk", f"state.dir={bad}")
+        assert not one_line_problems(code, err, f"state.dir={bad}"), err
+        assert [p.name for p in run.iterdir()] == [".lock"]
+    assert blocker.read_text().startswith("a regular file")

@@ -4,12 +4,14 @@
 bytes per rank. ``disk`` keeps the vector entries in sparse files under ``state.dir`` and costs disk
 only for the rows a run writes: at most ``min(C, rounds x cohort)`` rows per vector entry. ``auto`` takes
 memory while the block's state fits in half the memory available now, else disk while the rows the run
-can write fit in the free space of ``state.dir``; a run that fits neither is refused with one line.
+can write fit in the free space of ``state.dir``; a run that fits neither, or whose ``state.dir`` is not
+a writable directory, is refused with one line.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,8 +56,21 @@ def choose(requested: str, plan: StorePlan, directory: Path, available: int | No
         raise ConfigError(f"state.dir={directory}: the client state needs up to {_gib(disk)} of disk per rank "
                           f"(min(clients, rounds x cohort) rows) and {_gib(mem)} in memory; {_gib(free)} free there "
                           f"and {avail} of memory available; expected fewer clients or rounds, or more space")
+    _check_writable(directory)
     why = "requested" if requested == "disk" else f"{_gib(mem)} per rank does not fit {MEMORY_SHARE:g} x {avail}"
     return "disk", f"{why}; up to {_gib(disk)} on disk in {directory}, {_gib(free)} free"
+
+
+def _check_writable(directory: Path) -> None:
+    """``state.dir`` must be a directory the ranks can create their files in: made if missing, then probed
+    with an anonymous file, so a bad path is one line before any rank opens its store."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"state.dir={directory}: cannot create the client state files there "
+                          f"({exc.strerror or exc}); expected a writable directory") from None
 
 
 def _free_bytes(directory: Path) -> int:
