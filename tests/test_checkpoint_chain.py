@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from helpers import REPO, RESUME_BASE, final_state, metrics, run_ranks
 
-from fedrun.checkpoint.chain import needed_links
+from fedrun.checkpoint.chain import base_file
 from fedrun.checkpoint.files import prune
 from fedrun.cli import main
 from fedrun.errors import CheckpointError
@@ -190,7 +190,7 @@ def test_keep_never_deletes_a_base_a_kept_checkpoint_needs(runs, tmp_path):
     for newest, keep, left in ((5, 1, [4, 5]), (3, 2, [1, 2, 3])):
         run = tmp_path / f"keep{keep}"
         shutil.copytree(runs / CHAIN, run)
-        prune(run, newest, keep, needed_links)
+        prune(run, newest, keep, base_file)
         assert sorted(p.name for p in run.glob("ckpt_*")) == [f"ckpt_{r:08d}.h5" for r in left] + [
             f"ckpt_{r:08d}.h5" for r in range(newest + 1, CUT + 1)]
 

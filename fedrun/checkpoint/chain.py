@@ -47,9 +47,10 @@ def base_of(reader: CheckpointReader) -> dict[str, Any] | None:
     except (ValueError, TypeError, KeyError):
         raise CheckpointError(f"{reader.path}: {BASE} is not a link (JSON with file, round, created, identity, "
                               "depth)") from None
-    if Path(link["file"]).name != link["file"] or link["depth"] < 1:
-        raise CheckpointError(f"{reader.path}: {BASE} names {link['file']!r} at depth {link['depth']}; expected a "
-                              "checkpoint file name in the same directory and a depth >= 1")
+    if Path(link["file"]).name != link["file"] or link["depth"] < 1 or link["round"] >= reader.meta["round"]:
+        raise CheckpointError(f"{reader.path}: {BASE} names {link['file']!r} of round {link['round']} at depth "
+                              f"{link['depth']}; expected a checkpoint file name in the same directory, of an "
+                              f"earlier round than {reader.meta['round']}, and a depth >= 1")
     return link
 
 
@@ -59,19 +60,22 @@ def link_to(base: CheckpointReader, depth: int) -> dict[str, Any]:
             "identity": identity(base), "depth": depth}
 
 
+def base_file(path: Path) -> Path | None:
+    """The file ``path`` builds on, or None (a full checkpoint, or one that does not open: nothing verified)."""
+    try:
+        with CheckpointReader(path) as r:
+            link = base_of(r)
+    except CheckpointError:
+        return None
+    return None if link is None else path.parent / link["file"]
+
+
 def needed_links(path: Path) -> list[Path]:
-    """The files ``path`` builds on, newest first, as far as they open (for pruning: nothing is verified)."""
-    found = []
-    while True:
-        try:
-            with CheckpointReader(path) as r:
-                link = base_of(r)
-        except CheckpointError:
-            return found
-        if link is None:
-            return found
-        path = path.parent / link["file"]
+    """The files ``path`` builds on, newest first, as far as they open (nothing is verified)."""
+    found: list[Path] = []
+    while (path := base_file(path)) is not None:  # the rounds fall along a chain: it ends
         found.append(path)
+    return found
 
 
 def dependents(link: Path) -> list[Path]:

@@ -82,9 +82,10 @@ def fsync_directory(path: Path) -> None:
 
 
 def prune(run_dir: Path, newest_round: int, keep: int | None,
-          needs: Callable[[Path], list[Path]]) -> list[Path]:
+          base: Callable[[Path], Path | None]) -> list[Path]:
     """Keep the checkpoint of ``newest_round``, the ``keep - 1`` newest ones before it, and every file those
-    build on (``needs(path)``: the links of an incremental checkpoint, fedrun.checkpoint.chain).
+    build on (``base(path)``: the file an incremental checkpoint builds on, fedrun.checkpoint.chain; each
+    kept file is asked once).
 
     ``keep`` counts checkpoints a run can resume from; a base is deleted only when no kept checkpoint
     needs it. Called only after the checkpoint of ``newest_round`` is in place. Checkpoints of rounds after
@@ -94,9 +95,12 @@ def prune(run_dir: Path, newest_round: int, keep: int | None,
     if keep is None:
         return []
     upto = [p for p in list_checkpoints(run_dir) if checkpoint_round(p) <= newest_round]
-    kept = set(upto[-keep:])
-    for p in upto[-keep:]:
-        kept.update(needs(p))
+    kept, todo = set(upto[-keep:]), upto[-keep:]
+    while todo:
+        link = base(todo.pop())
+        if link is not None and link not in kept:
+            kept.add(link)
+            todo.append(link)
     removed = []
     for p in upto:
         if p in kept:

@@ -26,7 +26,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from fedrun.checkpoint.chain import needed_links
+from fedrun.checkpoint.chain import base_file
 from fedrun.checkpoint.crc import crc32, crc32_combine, crc32_repeat, fill_crc
 from fedrun.checkpoint.files import (
     checkpoint_name,
@@ -340,7 +340,7 @@ class CheckpointWriter:
         except BaseException:
             self.abort()
             raise
-        prune(self.run_dir, self.round, self.keep, needed_links)
+        prune(self.run_dir, self.round, self.keep, base_file)
         return self.path
 
     def abort(self) -> None:

@@ -13,8 +13,10 @@ Rank 0 writes one HDF5 file (fedrun.checkpoint), one group per part of the run s
 
 plus the meta group (next round, resolved config, algorithm, N, d). Client rows are streamed from
 their owner ranks in bounded chunks, so rank 0 never holds more than one chunk of another rank's state.
-On resume every rank reads only the rows of its own block, so a run can resume on a different number of
-ranks (the clients are re-blocked).
+An increment (``checkpoint.full_every``, fedrun.checkpoint.chain) holds, of each per-client vector, only
+the rows changed since the previous checkpoint (``clients/<entry>/rows`` and ``values``) and links to it.
+On resume every rank reads only the rows of its own block, newest link first, so a run can resume on a
+different number of ranks (the clients are re-blocked).
 
 All randomness is counter-based in (seed, round, client) (``fedrun.data.hashing.hash_keys``,
 per-round generators of the participation patterns), so restoring the round number restores every
