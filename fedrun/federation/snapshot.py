@@ -252,12 +252,17 @@ def locate(run_dir: Path | None, resume: str) -> Path | None:
         return path
     if run_dir is None:
         return None
-    skipped: list[str] = []  # "skipping checkpoint <file>: <why>; falling back to the previous one"
-    found = find_latest_valid(run_dir, warn=skipped.append, check=check_chain)
+    skipped: dict[str, list[str]] = {}  # why -> the files skipped for it (a broken link: every file it breaks)
+
+    def note(message: str) -> None:  # "skipping checkpoint <file>: <why>; falling back to the previous one"
+        name, why = message.removeprefix("skipping checkpoint ").removesuffix(_FALLING_BACK).split(": ", 1)
+        skipped.setdefault(why, []).append(name)
+
+    found = find_latest_valid(run_dir, warn=note, check=check_chain)
     if skipped:
-        whys = "; ".join(s.removesuffix(_FALLING_BACK) for s in skipped)
+        whys = "; ".join(f"{', '.join(names)}: {why}" for why, names in skipped.items())
         then = f"resuming from {found.name}" if found is not None else "no complete checkpoint is left"
-        print(f"fedrun: warning: {whys}; {then}", flush=True)
+        print(f"fedrun: warning: skipping checkpoint {whys}; {then}", flush=True)
     return found
 
 
