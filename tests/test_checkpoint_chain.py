@@ -53,6 +53,8 @@ def runs(tmp_path_factory) -> Path:
     first = [(f"whole_{a}", _run(root, f"whole_{a}", ROUNDS, ALGORITHMS[a], "state.store=memory"), None)
              for a in ALGORITHMS]
     first += [(f"cut_{a}", _run(root, f"cut_{a}", CUT, *_disk(root, a)), None) for a in ALGORITHMS]
+    full = _disk(root, "scaffold", "checkpoint.full_every=1")  # every checkpoint full, as before the chain
+    first += [("full", _run(root, "full", CUT, *full), None)]
     first += [("cut2", _run(root, "cut2", CUT, *_disk(root, "scaffold", "checkpoint.every=2")), None),
               (CHAIN, _run(root, CHAIN, CUT, *chain), None)]
     _launch(2, root, first)
@@ -75,6 +77,7 @@ def runs(tmp_path_factory) -> Path:
         else:
             base.write_bytes(base.read_bytes()[:3000])
     last = [(f"cut_{a}", _run(root, f"cut_{a}", ROUNDS, *_disk(root, a)), "auto") for a in ALGORITHMS]
+    last += [("full", _run(root, "full", ROUNDS, *full), "auto")]
     last += [(name, _run(root, name, ROUNDS, *_disk(root, "scaffold", "checkpoint.every=2")), "auto")
              for name in ("2to2", "1to2")]
     last += [("killed", _run(root, "killed", ROUNDS, *_disk(root, "scaffold")), "auto")]
@@ -102,10 +105,15 @@ def _same(a: Path, b: Path) -> None:
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
 def test_resume_from_an_increment_equals_the_uninterrupted_run(runs, algorithm):
     """The disk store's default chain (a full checkpoint, then increments): cut after 5 rounds, the newest file
-    an increment 4 links deep, resumed on 2 ranks, equals the uninterrupted run on the in-memory store."""
+    an increment 4 links deep, resumed on 2 ranks, equals the uninterrupted run on the in-memory store (and,
+    for SCAFFOLD, the same cut run with full checkpoints, checkpoint.full_every=1)."""
     with h5py.File(runs / f"cut_{algorithm}" / f"ckpt_{CUT:08d}.h5", "r") as f:
         assert json.loads(f["meta/base"].asstr()[()])["depth"] == 4
     _same(runs / f"whole_{algorithm}", runs / f"cut_{algorithm}")
+    if algorithm == "scaffold":  # and the same run with every checkpoint full
+        with h5py.File(runs / "full" / f"ckpt_{ROUNDS:08d}.h5", "r") as f:
+            assert "meta/base" not in f and f["clients/c_i"].shape == (40, 5)
+        _same(runs / "full", runs / "cut_scaffold")
 
 
 @pytest.mark.mpi
