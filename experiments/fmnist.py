@@ -12,12 +12,15 @@ against the adaptive server optimizers, with the FedSUM paper's MNIST CNN, ten r
     python experiments/fmnist.py ablation    # FedAdamom's beta2
     python experiments/fmnist.py paper       # FedSUM, FedSUM-CR, MIFA, FedAvg at the paper's settings (N = 100)
     python experiments/fmnist.py diagnose    # why FedSUM trails: its y against the true gradient
+    python experiments/fmnist.py flatness    # FedAdamom's flatness claim: sharpness of the trained models
     python experiments/fmnist.py report      # tables and plots from the committed summaries only
 
 A step that needs a choice (an eta_0, a server lr) runs the grids it depends on first. The grids, runs and
 choices are in experiments/fmnist_runs.py: a run is cached by its summary JSON under
 docs/results/fmnist_10seeds/ (docs/results/fedsum_paper/ for 'paper'), so an interrupted step continues
-where it stopped; the tables, plots and diagnosis are in experiments/fmnist_report.py.
+where it stopped; the tables, plots and diagnosis are in experiments/fmnist_report.py; the flatness
+measures of the FedAdamom comparison's final models (one JSON per run in flatness/ beside the summaries,
+resumed likewise) in experiments/fmnist_flatness.py.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import time
 from fmnist_runs import (
     ALL_STAGES,
     ALPHAS,
+    CHOOSE_AT,
     ablation_specs,
     case2p_specs,
     case_specs,
@@ -58,7 +62,7 @@ STEPS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["all", *STEPS, "diagnose", "report"])
+    parser.add_argument("step", choices=["all", *STEPS, "flatness", "diagnose", "report"])
     parser.add_argument("--dry-run", action="store_true", help="list the runs that are not finished yet")
     parser.add_argument("--shard", default="0/1", metavar="K/N",
                         help="run every N-th unfinished run starting at the K-th (N processes share a step)")
@@ -72,7 +76,7 @@ def main() -> None:
         getattr(fmnist_report, args.step)()
         return
     k, n = (int(v) for v in args.shard.split("/"))
-    for stage in ALL_STAGES if args.step == "all" else STEPS[args.step]:
+    for stage in ALL_STAGES if args.step == "all" else STEPS.get(args.step, ()):
         while True:
             try:
                 specs = stage()
@@ -89,6 +93,10 @@ def main() -> None:
                 print(" ", s["summary"])
             continue
         run_all(specs[k::n])  # the same split in every shard, whatever each has finished
+    if args.step in ("all", "flatness"):  # the trained runs of the FedAdamom comparison at Dirichlet 0.1
+        from fmnist_flatness import flatness_all
+
+        flatness_all(fedadamom_specs(True, (CHOOSE_AT,))[k::n], dry_run=args.dry_run)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_flatness(args: argparse.Namespace) -> int:
+    import json
+
+    from fedrun.flatness import format_flatness, measure_flatness
+
+    result = measure_flatness(args.run, examples=args.examples, rho=args.rho, directions=args.directions,
+                              iterations=args.iterations, seed=args.seed)
+    print(json.dumps(result.as_dict()) if args.json else format_flatness(result))
+    return EXIT_OK
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from fedrun.catalog import format_catalog
 
@@ -193,6 +204,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "inspect": cmd_inspect,
     "export": cmd_export,
     "checkpoint": cmd_checkpoint,
+    "flatness": cmd_flatness,
     "list": cmd_list,
     "config": cmd_config,
 }
@@ -216,9 +228,33 @@ from `fedrun list` or your own plugin, checkpoints you can resume bit for bit.
   fedrun list                                                     algorithms, patterns, models, datasets
   fedrun config --defaults                                        every config key, its default, its meaning
   fedrun export runs/quickstart --out model.pt                    the trained model as a state_dict
+  fedrun flatness runs/quickstart                                 top Hessian eigenvalue, loss under perturbation
 
 Ctrl-C (like SIGTERM) stops after the current round with a checkpoint (exit status 75); a second Ctrl-C
 stops at once (130). Exit statuses: 0 ok, 1 failure, 2 bad input, 3 NaN/Inf."""
+
+
+def _count(text: str) -> int:
+    """An integer >= 1 (argparse type: a bad value is the parser's one-line error)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _seed(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return int(text)
+
+
+def _radius(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
 
 
 class _Once(argparse.Action):
@@ -275,6 +311,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="a run directory (its newest valid checkpoint) or a ckpt_*.h5 file")
     p.add_argument("--out", required=True, help="the state_dict file to write, e.g. model.pt "
                                                 "(load it with module.load_state_dict(torch.load(path)))")
+    p = sub.add_parser("flatness", help="sharpness of a run's trained model: top Hessian eigenvalue of the training "
+                                        "loss, loss increase under random perturbations, train and test accuracy")
+    p.add_argument("run", help="a run directory (its newest valid checkpoint) or a ckpt_*.h5 file")
+    p.add_argument("--examples", type=_count, default=2000, metavar="N",
+                   help="training examples drawn uniformly across all clients (default 2000)")
+    p.add_argument("--rho", type=_radius, nargs="+", default=[0.01, 0.05, 0.1], metavar="RHO",
+                   help="relative radii of the perturbations x + rho ||x|| u (default 0.01 0.05 0.1)")
+    p.add_argument("--directions", type=_count, default=10, metavar="M",
+                   help="random directions u per radius (default 10)")
+    p.add_argument("--iterations", type=_count, default=20, metavar="K",
+                   help="most power iterations for the top eigenvalue (default 20; stops earlier at a relative "
+                        "change below 1e-3)")
+    p.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed of the sample, the start vector "
+                                                                       "and the directions (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     sub.add_parser("list", help="the built-in algorithms, participation patterns, models and datasets")
     p = sub.add_parser("config", help="print the resolved config, or with --defaults every key and what it means")
     p.add_argument("--config", help="YAML config file (default: the defaults)")

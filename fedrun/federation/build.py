@@ -111,7 +111,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
     seed = cfg.run.seed
     check_memory(cfg)  # before anything is allocated
-    source = _client_data(cfg, seed)
+    source = client_data(cfg, seed)
     task = source.task
     num_clients = source.num_clients
     sizes = source.num_examples
@@ -203,7 +203,7 @@ def _client_store(cfg: Config, world: World, run_dir: Path | None,
     return DiskStore(entries, num_clients, x0, directory, f"rank{world.rank}"), f"on disk ({why})"
 
 
-def _client_data(cfg: Config, seed: int) -> ClientSource:
+def client_data(cfg: Config, seed: int) -> ClientSource:
     """The run's clients: an on-demand dataset as it is, or an in-memory one loaded, checked against the
     model, partitioned into N clients and, with ``data.client_test_fraction`` > 0, split into per-client
     training and test examples."""
