@@ -17,7 +17,7 @@ against the adaptive server optimizers, with the FedSUM paper's MNIST CNN, ten r
 
 A step that needs a choice (an eta_0, a server lr) runs the grids it depends on first. The grids, runs and
 choices are in experiments/fmnist_runs.py: a run is cached by its summary JSON under
-docs/results/fmnist_10seeds/ (docs/results/fedsum_paper/ for 'paper'), so an interrupted step continues
+docs/results/fmnist_10seeds/ (PAPER_OUT for 'paper'), so an interrupted step continues
 where it stopped; the tables, plots and diagnosis are in experiments/fmnist_report.py; the flatness
 measures of the FedAdamom comparison's final models (one JSON per run in flatness/ beside the summaries,
 resumed likewise) in experiments/fmnist_flatness.py.

@@ -72,19 +72,45 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from fedrun.checkpoint import CheckpointReader, describe_checkpoint
-    from fedrun.errors import CheckpointError
-    from fedrun.federation.snapshot import check_layout, saved_config
+    from fedrun.checkpoint.chain import base_of, dependents
+    from fedrun.errors import BrokenChain, CheckpointError
+    from fedrun.federation.snapshot import check_chain, check_layout, saved_config
 
-    print(describe_checkpoint(args.checkpoint))
-    for field, digest in saved_config(Path(args.checkpoint)).get("plugins", {}).items():
+    path = Path(args.checkpoint)
+
+    def breaks(link: Path) -> str:  # the checkpoints a damaged file takes down with it
+        names = [p.name for p in dependents(link)]
+        return f"; it breaks {', '.join(names)}" if names else ""
+
+    try:
+        print(describe_checkpoint(path))
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc}{breaks(path) if path.is_file() else ''}") from None
+    for field, digest in saved_config(path).get("plugins", {}).items():
         print(f"  plugins/{field}: {digest}")  # module:Attr@sha256 of the plugin's source file
-    with CheckpointReader(args.checkpoint) as reader:  # a checksum failure is an error (exit status 2)
+    with CheckpointReader(path) as reader:  # a checksum failure is an error (exit status 2)
         try:
             reader.verify()
         except CheckpointError as exc:
-            raise CheckpointError(f"{exc} (the listing above marks every failed dataset)") from None
+            raise CheckpointError(f"{exc} (the listing above marks every failed dataset){breaks(path)}") from None
         check_layout(reader)  # so is a missing or misshapen dataset
-    print("  layout: complete (every dataset the algorithm, schedule and history need, with its shape)")
+        print("  layout: complete (every dataset the algorithm, schedule and history need, with its shape)")
+        link = base_of(reader)
+        try:
+            check_chain(reader)
+        except BrokenChain as exc:
+            raise CheckpointError(f"{path}: {exc}{breaks(exc.link) if exc.link else ''}") from None
+    if link is not None:
+        print(f"  chain: an increment, {link['depth']} after a full checkpoint; builds on {link['file']} "
+              "(every link opens, is the file it was written on, is complete and verifies)")
+    return EXIT_OK
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from fedrun.federation.consolidate import consolidate
+
+    out, done = consolidate(args.checkpoint, args.out)
+    print(f"wrote {out}: the state after round {done} of {args.checkpoint} as one self-contained checkpoint")
     return EXIT_OK
 
 
@@ -177,6 +203,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "data": cmd_data,
     "inspect": cmd_inspect,
     "export": cmd_export,
+    "checkpoint": cmd_checkpoint,
     "flatness": cmd_flatness,
     "list": cmd_list,
     "config": cmd_config,
@@ -266,6 +293,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. data.partition=shards")
     p = sub.add_parser("inspect", help="describe a checkpoint file and verify its checksums")
     p.add_argument("checkpoint", help="a ckpt_*.h5 file")
+    p = sub.add_parser("checkpoint", help="work on checkpoint files: consolidate a chain of incremental "
+                                          "checkpoints into one self-contained file",
+                       description="fedrun checkpoint consolidate CKPT --out FILE: write the state of CKPT, an "
+                                   "incremental checkpoint and the files it builds on (or a full one), as one "
+                                   "self-contained full checkpoint FILE, for archiving or moving a run; FILE "
+                                   "resumes with --resume FILE from any directory. Every link is verified; on "
+                                   "bad input one line, exit status 2, and no FILE.")
+    p.add_argument("action", choices=["consolidate"], help="consolidate: one self-contained checkpoint")
+    p.add_argument("checkpoint", help="a ckpt_*.h5 file (an increment: its links must be in the same directory)")
+    p.add_argument("--out", required=True, help="the checkpoint file to write (must not exist)")
     p = sub.add_parser("compare", help="where two runs part: the first differing round and entries, the configs' "
                                        "differences (exit 0: identical, 1: they differ)")
     p.add_argument("run_a", help="a run directory")

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fedrun.checkpoint import CheckpointReader, checkpoint_round, list_checkpoints
+from fedrun.checkpoint import checkpoint_round, list_checkpoints
+from fedrun.checkpoint.chain import Chain
 from fedrun.errors import DataError
 
 NAMING = ("run.dir", "run.name")  # config keys that differ between any two runs
@@ -94,9 +95,12 @@ def _config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 def _checkpoint(run: Path, round_: int) -> dict[str, np.ndarray]:
     path = next(p for p in list_checkpoints(run) if checkpoint_round(p) == round_)
-    with CheckpointReader(path) as reader:
-        return {f"{group}/{name}": np.asarray(reader.read(f"{group}/{name}"))
-                for group in ("server", "clients") if group in reader.names() for name in reader.names(group)}
+    with Chain(path) as chain:  # a client entry of an increment: its chain's state (rows no link stores: NaN)
+        r = chain.head
+        state = {f"server/{name}": np.asarray(r.read(f"server/{name}")) for name in r.names("server")}
+        clients = r.names("clients") if "clients" in r.names() else []
+        state.update({f"clients/{name}": chain.whole(f"clients/{name}") for name in clients})
+        return state
 
 
 def _state_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]:

@@ -289,11 +289,15 @@ class MetricsConfig:
 @dataclass
 class CheckpointConfig:
     every: int = 0  # write a checkpoint every this many rounds (0: only at the end and on signals)
-    keep: int = 3  # keep this many newest checkpoint files
+    keep: int = 3  # keep this many newest checkpoints to resume from (and the files they build on)
+    # every K-th checkpoint is full, the others are increments holding the client rows changed since the one
+    # before (docs/checkpoint.md); 1: always full; 0: auto = 1 on the memory store, 10 on the disk store
+    full_every: int = 0
 
     def check(self) -> None:
         require(self.every >= 0, "checkpoint.every", "an integer >= 0", self.every)
         require(self.keep >= 1, "checkpoint.keep", "an integer >= 1", self.keep)
+        require(self.full_every >= 0, "checkpoint.full_every", "an integer >= 0", self.full_every)
 
 
 @dataclass

@@ -51,6 +51,15 @@ class CheckpointError(_OneLine, Exception):
     """Any problem writing, opening, reading or verifying a checkpoint."""
 
 
+class BrokenChain(CheckpointError):
+    """A link an incremental checkpoint builds on is missing, unreadable, damaged or replaced; ``link`` is its
+    path (fedrun.checkpoint.chain)."""
+
+    def __init__(self, message: str, link: Path | None = None) -> None:
+        super().__init__(message)
+        self.link = link
+
+
 class SweepError(ValueError):
     """The sweep file is invalid; the message names the key."""
 

@@ -71,6 +71,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedrun.checkpoint.chain import Chain
 from fedrun.config import Config, apply_override, config_from_dict
 from fedrun.data.builtin import load_least_squares
 from fedrun.federation.build import build
@@ -462,14 +463,18 @@ def train_args(run_dir: Path, rounds: int, extra: list[str], resume: bool = Fals
 
 
 def final_state(run_dir: Path) -> dict[str, np.ndarray]:
-    """Every server and client dataset of the newest checkpoint, read back with plain h5py."""
+    """Every server and client dataset of the newest checkpoint, read back with plain h5py; a client entry of an
+    increment is its chain's state (fedrun.checkpoint.chain; rows no link stores are NaN)."""
     path = sorted(run_dir.glob("ckpt_*.h5"))[-1]
     out = {}
     with h5py.File(path, "r") as f:
         for group in ("server", "clients"):
             for name in f.get(group, {}):
-                out[f"{group}/{name}"] = f[group][name][()]
+                out[f"{group}/{name}"] = f[group][name][()] if isinstance(f[group][name], h5py.Dataset) else None
         out["meta/round"] = f["meta/round"][()]
+    if any(v is None for v in out.values()):
+        with Chain(path) as chain:
+            out.update({k: chain.whole(k) for k, v in out.items() if v is None})
     return out
 
 

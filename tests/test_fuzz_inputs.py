@@ -199,6 +199,7 @@ HAND_OVERRIDES = [
     ("run.timeout_s=1e300", "run.timeout_s"),
     ("run.timeout_s=0.001", "run.timeout_s"),
     ("run.threads=100000", "run.threads"),
+    ("checkpoint.full_every=-1", "checkpoint.full_every"),
     ("run.name=a\x00b", "run.name"),
     # more clients than this node's memory holds at the measured cost per client (1e8 here: 32 GB)
     (f"data.num_clients={max(10**8, 2 * (available_bytes() or 0) // PER_CLIENT_BYTES)}", "data.num_clients"),

@@ -2,7 +2,8 @@
 
 See docs/checkpoint.md for the layout and the guarantees. Only rank 0 writes; any rank reads.
 ``files`` names and lists the files of a run directory, ``writer`` and ``reader`` write and read one,
-``format`` is what both agree on, ``crc`` the checksum arithmetic, ``guarded`` the writer's file object.
+``format`` is what both agree on, ``crc`` the checksum arithmetic, ``guarded`` the writer's file object,
+``chain`` incremental checkpoints (the client rows changed since the one they build on) and their chains.
 """
 
 from .files import (

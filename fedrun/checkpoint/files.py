@@ -11,6 +11,7 @@ import errno
 import os
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from fedrun.errors import CheckpointError
@@ -80,19 +81,30 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def prune(run_dir: Path, newest_round: int, keep: int | None) -> list[Path]:
-    """Keep the checkpoint of ``newest_round`` and the ``keep - 1`` newest ones before it.
+def prune(run_dir: Path, newest_round: int, keep: int | None,
+          base: Callable[[Path], Path | None]) -> list[Path]:
+    """Keep the checkpoint of ``newest_round``, the ``keep - 1`` newest ones before it, and every file those
+    build on (``base(path)``: the file an incremental checkpoint builds on, fedrun.checkpoint.chain; each
+    kept file is asked once).
 
-    Called only after the checkpoint of ``newest_round`` is in place. Checkpoints of rounds after
+    ``keep`` counts checkpoints a run can resume from; a base is deleted only when no kept checkpoint
+    needs it. Called only after the checkpoint of ``newest_round`` is in place. Checkpoints of rounds after
     ``newest_round`` (left by an earlier attempt of the run) are neither counted nor deleted; see
     :func:`remove_checkpoints_after`.
     """
     if keep is None:
         return []
-    older = [p for p in list_checkpoints(run_dir) if checkpoint_round(p) < newest_round]
-    doomed = older[: max(0, len(older) - (keep - 1))]
+    upto = [p for p in list_checkpoints(run_dir) if checkpoint_round(p) <= newest_round]
+    kept, todo = set(upto[-keep:]), upto[-keep:]
+    while todo:
+        link = base(todo.pop())
+        if link is not None and link not in kept:
+            kept.add(link)
+            todo.append(link)
     removed = []
-    for p in doomed:
+    for p in upto:
+        if p in kept:
+            continue
         try:
             p.unlink()
             removed.append(p)

@@ -113,6 +113,15 @@ class CheckpointReader:
             self._file.visititems(visit)
         return sorted(found)
 
+    def has(self, path: str) -> bool:
+        """Whether ``path`` is a dataset of the file."""
+        with self._reading(path):
+            return isinstance(self._file.get(path), h5py.Dataset)
+
+    def checksum(self, path: str) -> int:
+        """The CRC-32 the writer recorded for dataset ``path``."""
+        return self._expected(self._dataset(path), path)
+
     def shape(self, path: str) -> tuple[int, ...]:
         return tuple(self._dataset(path).shape)
 
@@ -268,7 +277,7 @@ def find_latest_valid(run_dir: str | os.PathLike, warn: Callable[[str], None] | 
     Each newer one that fails is reported through ``warn`` (default: ``warnings.warn``), naming the
     file and what is wrong, before falling back to the previous one. Temporaries are ignored.
     ``check(reader)`` may raise :class:`CheckpointError` for a file that verifies but is not what the
-    caller needs (an incomplete layout); that file is skipped too.
+    caller needs (an incomplete layout, a broken chain); that file is skipped too.
     """
     if warn is None:
         import warnings

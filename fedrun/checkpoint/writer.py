@@ -15,6 +15,7 @@ verify just those rows. Nothing is ever pickled.
 from __future__ import annotations
 
 import errno
+import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from fedrun.checkpoint.chain import base_file
 from fedrun.checkpoint.crc import crc32, crc32_combine, crc32_repeat, fill_crc
 from fedrun.checkpoint.files import (
     checkpoint_name,
@@ -108,6 +110,7 @@ class CheckpointWriter:
         dim: int,
         config: str = "",
         keep: int | None = 3,
+        base: dict[str, Any] | None = None,
     ) -> None:
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be >= 1 or None, got {keep}")
@@ -141,6 +144,8 @@ class CheckpointWriter:
                 "dim": np.int64(self.dim),
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }
+            if base is not None:  # an increment (fedrun.checkpoint.chain)
+                meta["base"] = json.dumps(base, sort_keys=True)
             for name, value in meta.items():
                 self._write(f"meta/{name}", value)
         except BaseException:
@@ -179,14 +184,16 @@ class CheckpointWriter:
 
     def _new_path(self, path: str) -> str:
         _check_path(path)
-        if path.startswith("meta/") and path[5:] in META_NAMES:
+        if path.startswith("meta/") and path[5:] in (*META_NAMES, "base"):
             raise CheckpointError(f"{path} is written by the checkpoint writer itself")
         if path in self._h5():
             raise CheckpointError(f"{path} is already in checkpoint {self.path}")
         return path
 
     def _check_clients(self, path: str, shape: tuple[int, ...]) -> None:
-        if path.startswith("clients/") and (len(shape) == 0 or shape[0] != self.num_clients):
+        """A whole entry ``clients/<name>`` has N rows (the rows form ``clients/<name>/rows|values`` any number)."""
+        whole = path.startswith("clients/") and path.count("/") == 1
+        if whole and (len(shape) == 0 or shape[0] != self.num_clients):
             raise CheckpointError(
                 f"{path}: per-client entries need {self.num_clients} rows, got shape {shape}"
             )
@@ -333,7 +340,7 @@ class CheckpointWriter:
         except BaseException:
             self.abort()
             raise
-        prune(self.run_dir, self.round, self.keep)
+        prune(self.run_dir, self.round, self.keep, base_file)
         return self.path
 
     def abort(self) -> None:

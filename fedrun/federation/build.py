@@ -100,6 +100,10 @@ class RunState:
     delay: DelayTracker
     strategy: str  # the local-training strategy (kept on resume)
     metrics: list[dict[str, Any]] = field(default_factory=list)  # one record per finished round (rank 0)
+    # the newest checkpoint of the run directory this run wrote or resumed from (an increment's base, None:
+    # the next checkpoint is full) and its increments since the last full one (fedrun.checkpoint.chain)
+    base: Path | None = None
+    depth: int = 0
 
 
 def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunState]:

@@ -13,8 +13,10 @@ Rank 0 writes one HDF5 file (fedrun.checkpoint), one group per part of the run s
 
 plus the meta group (next round, resolved config, algorithm, N, d). Client rows are streamed from
 their owner ranks in bounded chunks, so rank 0 never holds more than one chunk of another rank's state.
-On resume every rank reads only the rows of its own block, so a run can resume on a different number of
-ranks (the clients are re-blocked).
+An increment (``checkpoint.full_every``, fedrun.checkpoint.chain) holds, of each per-client vector, only
+the rows changed since the previous checkpoint (``clients/<entry>/rows`` and ``values``) and links to it.
+On resume every rank reads only the rows of its own block, newest link first, so a run can resume on a
+different number of ranks (the clients are re-blocked).
 
 All randomness is counter-based in (seed, round, client) (``fedrun.data.hashing.hash_keys``,
 per-round generators of the participation patterns), so restoring the round number restores every
@@ -33,9 +35,10 @@ import torch.distributed as dist
 import yaml
 
 from fedrun.algorithms import get_algorithm
-from fedrun.checkpoint import CheckpointReader, CheckpointWriter, find_latest_valid
-from fedrun.config import config_from_dict
-from fedrun.errors import CheckpointError, CheckpointWriteError, ConfigError
+from fedrun.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_name, find_latest_valid
+from fedrun.checkpoint.chain import Chain, base_of, link_to
+from fedrun.config import Config, config_from_dict
+from fedrun.errors import BrokenChain, CheckpointError, CheckpointWriteError, ConfigError
 from fedrun.federation.build import RunState, Setup
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.schedule import schedule_type
@@ -47,10 +50,12 @@ _SPARSE_CHUNK_BYTES = 64 << 10  # rows per HDF5 chunk of a sparse (disk store) e
 
 
 def save(setup: Setup, state: RunState) -> Path | None:
-    """Write the checkpoint of ``state`` (its rounds ``< state.next_round`` are done; collective call)."""
-    world, cfg, next_round = setup.world, setup.cfg, state.next_round
+    """Write the checkpoint of ``state`` (its rounds ``< state.next_round`` are done; collective call): full, or
+    an increment on ``state.base`` holding the vector rows changed since it (``checkpoint.full_every``)."""
+    world, cfg, next_round, store = setup.world, setup.cfg, state.next_round, state.clients
     writer = None
     error: Exception | None = None
+    link: dict[str, Any] | None = None
 
     def attempt(fn, *args, **kwargs) -> None:
         nonlocal error
@@ -61,12 +66,14 @@ def save(setup: Setup, state: RunState) -> Path | None:
                 error = exc
 
     if world.is_root:
+        link = _next_link(state, full_every(cfg, store.kind))
         try:
             writer = CheckpointWriter(setup.run_dir, next_round, algorithm=cfg.algorithm.name,
                                       num_clients=setup.num_clients, dim=setup.dim, config=cfg.to_yaml(),
-                                      keep=cfg.checkpoint.keep)
+                                      keep=cfg.checkpoint.keep, base=link)
         except Exception as exc:
             error = exc
+    depth = world.broadcast_object(0 if link is None else link["depth"])  # 0: a full checkpoint
     if writer is not None:
         for name, value in state.server.items():
             attempt(writer.write, f"server/{name}", value.detach().cpu().numpy())
@@ -77,8 +84,14 @@ def save(setup: Setup, state: RunState) -> Path | None:
         attempt(writer.write, "random/seed", np.int64(cfg.run.seed))
         attempt(writer.write, "runtime/strategy", state.strategy)
         attempt(writer.write, "metrics/jsonl", "".join(map(json_line, state.metrics)))
-    for entry in state.clients.entries:
-        _gather_rows(setup, state, writer, entry.name, isinstance(entry, Vector), attempt)
+    for entry in store.entries:
+        written = store.written(entry.name)
+        if isinstance(entry, Vector) and depth:  # an increment: the rows changed since the base
+            _send_row_list(setup, store, writer, entry.name, store.changed(entry.name), attempt)
+        elif written is not None and store.fill(entry.name) is None:  # on disk, initialised to x^(0)
+            _send_row_list(setup, store, writer, entry.name, written, attempt)
+        else:
+            _gather_rows(setup, state, writer, entry.name, isinstance(entry, Vector), attempt)
     path = None
     if writer is not None:
         if error is None:
@@ -94,7 +107,64 @@ def save(setup: Setup, state: RunState) -> Path | None:
                                    "the earlier checkpoints are intact") from None
     if failed.item():
         raise CheckpointWriteError(f"checkpoint after round {next_round} failed on rank 0")
+    store.checkpointed()  # the file is in place: its rows are no longer changes
+    state.base, state.depth = setup.run_dir / checkpoint_name(next_round), depth
     return path
+
+
+FULL_EVERY_DISK = 10  # checkpoint.full_every=0 on the disk store: a resume reads at most 10 files
+
+
+def full_every(cfg: Config, store_kind: str) -> int:
+    """Every how many checkpoints one is full (``checkpoint.full_every``; 0: 1 in memory, 10 on disk)."""
+    return cfg.checkpoint.full_every or (FULL_EVERY_DISK if store_kind == "disk" else 1)
+
+
+def _next_link(state: RunState, every: int) -> dict[str, Any] | None:
+    """The ``meta/base`` of the next checkpoint when it is an increment on ``state.base``, else None (full:
+    the chain is ``every`` long, there is no base, or it no longer opens)."""
+    if state.base is None or state.depth + 1 >= every or not state.base.is_file():
+        return None
+    try:
+        with CheckpointReader(state.base) as base:
+            return link_to(base, state.depth + 1)
+    except CheckpointError:
+        return None
+
+
+def _send_row_list(setup: Setup, store, writer: CheckpointWriter | None, name: str, mask: np.ndarray,
+                   attempt) -> None:
+    """The rows form of entry ``name``: ``clients/<name>/rows`` (the sorted client ids of the block rows in
+    ``mask`` on every rank) and ``clients/<name>/values``, streamed from their owners a chunk at a time."""
+    world, path = setup.world, f"clients/{name}"
+    mine = np.flatnonzero(mask)
+    counts = world.allgather_object(len(mine))
+    local = store.block(name, 0, 0)
+    chunk = max(1, _CHUNK_BYTES // max(1, setup.dim * local.element_size()))
+    if writer is not None:
+        attempt(writer.create_rows, f"{path}/rows", sum(counts), (), np.int64)
+        attempt(writer.create_rows, f"{path}/values", sum(counts), (setup.dim,), _numpy_dtype(local))
+    done = 0
+    for rank in sorted(range(world.size), key=lambda r: setup.placement.blocks[r][0]):  # ascending client ids
+        first = setup.placement.blocks[rank][0]
+        for start in range(0, counts[rank], chunk):
+            k = min(chunk, counts[rank] - start)
+            if rank == world.rank:
+                ids = torch.as_tensor(mine[start:start + k], device=world.device)
+                values = store.gather(ids, [name])[name].contiguous()
+                ids = ids + first
+                if not world.is_root:
+                    dist.send(ids, dst=0)
+                    dist.send(values, dst=0)
+            elif world.is_root:
+                ids = torch.empty(k, dtype=torch.int64, device=world.device)
+                values = torch.empty((k, setup.dim), dtype=local.dtype, device=local.device)
+                dist.recv(ids, src=rank)  # received even when the file failed: the sender must not block
+                dist.recv(values, src=rank)
+            if world.is_root:
+                attempt(_write_rows, writer, f"{path}/rows", done, ids)
+                attempt(_write_rows, writer, f"{path}/values", done, values)
+                done += k
 
 
 def _gather_rows(setup: Setup, state: RunState, writer: CheckpointWriter | None, name: str, vector: bool,
@@ -163,8 +233,10 @@ def _numpy_dtype(t: torch.Tensor) -> np.dtype:
 
 
 def locate(run_dir: Path | None, resume: str) -> Path | None:
-    """The checkpoint to resume from (rank 0): a path, which must open and be complete, or ``auto`` = the newest
-    checkpoint of the run directory that verifies and is complete (:func:`check_layout`), or None."""
+    """The checkpoint to resume from (rank 0): a path, which must open, be complete and have a whole chain, or
+    ``auto`` = the newest checkpoint of the run directory that verifies, is complete (:func:`check_layout`)
+    and whose chain does (:func:`check_chain`), or None. ``auto`` says in one line which newer ones it
+    skipped and why."""
     if resume != "auto":
         path = Path(resume)
         if path.is_dir():
@@ -173,11 +245,43 @@ def locate(run_dir: Path | None, resume: str) -> Path | None:
             raise CheckpointError(f"{path}: checkpoint file not found")
         with CheckpointReader(path) as ckpt:
             check_layout(ckpt)
+            try:
+                check_chain(ckpt, verify=False)
+            except BrokenChain as exc:
+                raise CheckpointError(f"--resume {path}: cannot resume: its {exc}") from None
         return path
     if run_dir is None:
         return None
-    return find_latest_valid(run_dir, warn=lambda msg: print(f"fedrun: warning: {msg}", flush=True),
-                             check=check_layout)
+    skipped: dict[str, list[str]] = {}  # why -> the files skipped for it (a broken link: every file it breaks)
+
+    def note(message: str) -> None:  # "skipping checkpoint <file>: <why>; falling back to the previous one"
+        name, why = message.removeprefix("skipping checkpoint ").removesuffix(_FALLING_BACK).split(": ", 1)
+        skipped.setdefault(why, []).append(name)
+
+    found = find_latest_valid(run_dir, warn=note, check=check_chain)
+    if skipped:
+        whys = "; ".join(f"{', '.join(names)}: {why}" for why, names in skipped.items())
+        then = f"resuming from {found.name}" if found is not None else "no complete checkpoint is left"
+        print(f"fedrun: warning: skipping checkpoint {whys}; {then}", flush=True)
+    return found
+
+
+_FALLING_BACK = "; falling back to the previous one"  # the end of find_latest_valid's message
+
+
+def check_chain(ckpt: CheckpointReader, verify: bool = True) -> None:
+    """Raise :class:`CheckpointError` unless ``ckpt`` is complete and every link it builds on opens, is the file
+    it was written on, is complete and (``verify``) passes its checksums; a broken link is a
+    :class:`BrokenChain` naming it."""
+    check_layout(ckpt)
+    with Chain(ckpt.path) as chain:
+        for link in chain.links[1:]:
+            try:
+                check_layout(link)
+            except CheckpointError as exc:
+                raise BrokenChain(f"chain link {link.path.name} is incomplete ({exc})", link.path) from None
+        if verify:
+            chain.verify()
 
 
 def rounds_done(path: Path) -> int:
@@ -240,6 +344,12 @@ def check_layout(ckpt: CheckpointReader) -> None:
         raise CheckpointError(f"{ckpt.path}: {exc}") from None
     present = set(ckpt.datasets())
     for path, want in layout.items():
+        if path.startswith("clients/") and f"{path}/rows" in present and f"{path}/values" in present:
+            k = ckpt.shape(f"{path}/rows")  # the rows form (fedrun.checkpoint.chain): k rows of the entry
+            if len(k) != 1 or ckpt.shape(f"{path}/values") != (*k, *want[1:]):
+                raise CheckpointError(f"{ckpt.path}: {path}/rows and {path}/values have shapes {k} and "
+                                      f"{ckpt.shape(f'{path}/values')}, expected (k,) and (k, *{want[1:]})")
+            continue
         if path not in present:
             raise CheckpointError(f"{ckpt.path}: incomplete checkpoint: dataset {path} is missing (expected "
                                   f"shape {want} for algorithm {ckpt.meta['algorithm']})")
@@ -260,18 +370,19 @@ def restore(setup: Setup, state: RunState, path: Path) -> None:
         if setup.world.is_root:
             state.server = {e.name: _tensor(ckpt.read(f"server/{e.name}"), device, dtype) for e in setup.decl.server}
         first, stop = setup.placement.blocks[setup.world.rank]
-        for entry in state.clients.entries:
-            name = f"clients/{entry.name}"
-            row_bytes = (setup.dim if isinstance(entry, Vector) else 1) * torch.empty(0, dtype=dtype).element_size()
-            chunk = max(1, _CHUNK_BYTES // row_bytes)
-            spans = [(first, stop)]
-            if state.clients.written(entry.name) is not None:  # a fresh sparse store: only the chunks written
-                spans = [(max(lo, first), min(hi, stop)) for lo, hi in ckpt.allocated_rows(name)
-                         if max(lo, first) < min(hi, stop)]
-            for lo, hi in spans:
-                for start in range(lo, hi, chunk):  # checks the CRCs of these rows
-                    rows = ckpt.read_rows(name, start, min(hi, start + chunk))
-                    state.clients.load(entry.name, start - first, _tensor(rows, device, dtype))
+        with Chain(path) as chain:  # the newest link storing a row wins; rows no link stores keep their initial value
+            for entry in state.clients.entries:
+                name = f"clients/{entry.name}"
+                row_bytes = (setup.dim if isinstance(entry, Vector) else 1) * torch.empty(0, dtype=dtype).element_size()
+                chunk = max(1, _CHUNK_BYTES // row_bytes)
+                for lo, hi in chain.windows(name, first, stop, chunk):  # checks the CRCs of the rows read
+                    rows = state.clients.block(entry.name, lo - first, hi - first).cpu().numpy().copy()
+                    chain.overlay(name, lo, hi, rows)
+                    state.clients.load(entry.name, lo - first, _tensor(rows, device, dtype))
+        state.clients.checkpointed()
+        link = base_of(ckpt)
+        in_run = setup.run_dir is not None and path.resolve().parent == Path(setup.run_dir).resolve()
+        state.base, state.depth = (path, 0 if link is None else link["depth"]) if in_run else (None, 0)
         try:
             state.schedule.load_state_dict({n: ckpt.read(f"schedule/{n}") for n in ckpt.names("schedule")})
         except CheckpointError as err:  # the schedule's state does not fit this run's config

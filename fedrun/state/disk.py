@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from fedrun.protocol import Entry, Vector
-from fedrun.state.store import block_of, initial_value
+from fedrun.state.store import ChangedRows, TracksChanges, block_of, initial_value
 
 
 class _RowFile:
@@ -58,7 +58,7 @@ class _RowFile:
         return os.fstat(self.fd).st_blocks * 512
 
 
-class DiskStore:
+class DiskStore(TracksChanges):
     """Named per-client tensors of one block of ``num_clients`` clients: vectors on disk under
     ``directory``, scalars in memory. The interface of :class:`fedrun.state.store.ClientStore`."""
 
@@ -71,6 +71,7 @@ class DiskStore:
         directory.mkdir(parents=True, exist_ok=True)
         self.scalars: dict[str, Tensor] = {}
         self.files: dict[str, _RowFile] = {}
+        self.marks = ChangedRows(entries, num_clients)
         for e in entries:
             if isinstance(e, Vector):
                 path = directory / f".client_state_{label}_{e.name}.bin"
@@ -90,6 +91,7 @@ class DiskStore:
         for name, value in values.items():
             if name in self.files:
                 self.files[name].write(index, value)
+                self.marks.mark(name, index)
             else:
                 t = self.scalars[name]
                 t.index_copy_(0, rows, value.to(t.dtype))
@@ -112,18 +114,18 @@ class DiskStore:
         raw = values.numpy().view(np.uint8).reshape(len(values), -1)  # bit for bit: -0.0 is not 0.0
         rows = np.flatnonzero((raw != f.initial.numpy().view(np.uint8)).any(axis=1))
         f.write(rows + start, values[torch.as_tensor(rows)])
+        self.marks.mark(name, rows + start)
 
     def written(self, name: str) -> np.ndarray | None:
-        """Which block rows of a vector entry with a constant initial value were ever written (the others hold
-        that constant, :meth:`fill`); None for an entry a checkpoint stores whole."""
+        """Which block rows of a vector entry were ever written (the others hold its initial value); None for
+        a scalar entry, which a checkpoint stores whole."""
         f = self.files.get(name)
-        if f is None or not bool((f.initial == f.initial[0]).all()):
-            return None
-        return f.written
+        return None if f is None else f.written
 
-    def fill(self, name: str) -> float:
-        """The constant initial value of an entry :meth:`written` answers for."""
-        return float(self.files[name].initial[0])
+    def fill(self, name: str) -> float | None:
+        """The initial value of a vector entry when it is one constant (zeros, a number), else None (x^(0))."""
+        f = self.files[name]
+        return float(f.initial[0]) if bool((f.initial == f.initial[0]).all()) else None
 
     def whole(self, names: list[str]) -> dict[str, Tensor]:
         """The named scalar entries for every client of the block (vector entries stay on disk)."""
@@ -142,9 +144,9 @@ class DiskStore:
 
     @property
     def nbytes(self) -> int:
-        """Bytes in memory: the scalars and the written-rows flags."""
+        """Bytes in memory: the scalars and the written- and changed-rows flags."""
         return sum(t.numel() * t.element_size() for t in self.scalars.values()) + sum(
-            f.written.nbytes for f in self.files.values())
+            f.written.nbytes for f in self.files.values()) + self.marks.nbytes
 
     @property
     def disk_bytes(self) -> int:

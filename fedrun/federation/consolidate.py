@@ -1,0 +1,91 @@
+"""``fedrun checkpoint consolidate CKPT --out FILE``: one self-contained checkpoint from a chain.
+
+An increment (fedrun.checkpoint.chain) needs the files it builds on. For archiving or moving a run, this
+writes the state it stands for as one full checkpoint: the head's server state, schedule, history, metrics and
+scalar client entries as they are, and every vector client entry in the rows form with the rows some link
+stores (each from the newest link storing it); rows no link stores hold the entry's initial value, as in
+the chain. Rank-free, one process, a window of rows at a time (never ``N x d``; the rows are read twice,
+their count comes first in the file); every link and the output are verified. Nothing is left at ``--out``
+unless the whole file is written and verifies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from fedrun.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_name
+from fedrun.checkpoint.chain import Chain
+from fedrun.checkpoint.format import error_line
+from fedrun.errors import CheckpointError
+from fedrun.federation.snapshot import check_chain
+
+_WINDOW_BYTES = 8 << 20  # rows of one entry held at a time
+
+
+def consolidate(source: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, int]:
+    """Write the state of checkpoint ``source`` (and its chain) to ``out`` as one full checkpoint; returns
+    (out, rounds done). Raises :class:`CheckpointError` (one line) with nothing written at ``out``."""
+    source, out = Path(source), Path(out)
+    if out.exists():
+        raise CheckpointError(f"--out {out}: already exists; expected a new file name")
+    if not out.parent.is_dir():
+        raise CheckpointError(f"--out {out}: no such directory {out.parent}")
+    with CheckpointReader(source) as ckpt:
+        check_chain(ckpt)  # every link opens, is the file it was written on, is complete and verifies
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise CheckpointError(f"--out {out}: cannot write there ({error_line(exc)})") from None
+    try:
+        with Chain(source) as chain:
+            head = chain.head
+            m = head.meta
+            with CheckpointWriter(scratch, m["round"], algorithm=m["algorithm"], num_clients=m["num_clients"],
+                                  dim=m["dim"], config=head.read("meta/config"), keep=None) as w:
+                for path in head.datasets():
+                    if not path.startswith(("meta/", "clients/")):
+                        w.write(path, head.read(path))
+                for name in head.names("clients"):
+                    _copy_entry(chain, w, f"clients/{name}", m["num_clients"])
+        written = scratch / checkpoint_name(m["round"])
+        with CheckpointReader(written) as check:
+            check.verify()
+        os.replace(written, out)
+    except OSError as exc:
+        raise CheckpointError(f"--out {out}: cannot write the file ({error_line(exc)})") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out, int(m["round"])
+
+
+def _copy_entry(chain: Chain, w: CheckpointWriter, name: str, n: int) -> None:
+    """Entry ``name`` of the chain's state into ``w``: a scalar entry whole, a vector entry in the rows form."""
+    head = chain.head
+    if head.has(name) and len(head.shape(name)) == 1:  # a scalar entry: whole in every link
+        w.create_rows(name, n, (), head.dtype(name))
+        step = max(1, _WINDOW_BYTES // head.dtype(name).itemsize)
+        for lo in range(0, n, step):
+            w.write_rows(name, lo, head.read_rows(name, lo, min(n, lo + step)))
+        return
+    part = chain.parts(name)[0]
+    values = f"{name}/values" if part.rows is not None else name
+    row_shape, dtype = head.shape(values)[1:], head.dtype(values)
+    size = max(1, _WINDOW_BYTES // max(1, dtype.itemsize * int(np.prod(row_shape))))
+    windows = chain.windows(name, 0, n, size)
+    counts = []  # first pass: how many rows the chain stores (the file's row count comes first)
+    for lo, hi in windows:
+        counts.append(int(chain.overlay(name, lo, hi, np.zeros((hi - lo, *row_shape), dtype=dtype)).sum()))
+    w.create_rows(f"{name}/rows", sum(counts), (), np.int64)
+    w.create_rows(f"{name}/values", sum(counts), row_shape, dtype)
+    done = 0
+    for lo, hi in windows:
+        buf = np.zeros((hi - lo, *row_shape), dtype=dtype)
+        known = chain.overlay(name, lo, hi, buf)
+        w.write_rows(f"{name}/rows", done, np.flatnonzero(known).astype(np.int64) + lo)
+        w.write_rows(f"{name}/values", done, buf[known])
+        done += int(known.sum())
