@@ -61,9 +61,11 @@ def test_driver_choices():
     ok = {"finite": True, "train_objective": 0.5}
     worse = {"finite": True, "train_objective": 0.7}
     diverged = {"finite": False, "train_objective": None}
-    assert fmnist.best({0.1: worse, 0.3: ok, 1.0: diverged}) == 0.3
-    assert fmnist.best({0.1: ok, 0.3: None}) is None  # not all runs finished
-    assert fmnist.best({0.1: ok, 0.3: dict(ok)}) == 0.1  # ties: the smaller value
+    # each grid value holds its runs on the tuning seeds; the choice is the lowest mean f(x)
+    assert fmnist.best({0.1: [worse, worse], 0.3: [ok, worse], 1.0: [ok, diverged]}) == 0.3
+    assert fmnist.best({0.1: [ok, ok], 0.3: [ok, None]}) is None  # not all runs finished
+    assert fmnist.best({0.1: [ok, worse], 0.3: [worse, ok]}) == 0.1  # ties: the smaller value
+    assert fmnist.best({0.1: [worse, worse], 0.3: [ok, {"finite": True, "train_objective": 1.0}]}) == 0.1
     specs = fmnist.fedsum_specs(0.3, seeds=(0,), patterns=("p1",))
     assert [s["label"] for s in specs] == list(fmnist.FEDSUM_ALGORITHMS)
     assert all("local.lr=0.3" in s["overrides"] and "participation.pattern=p1" in s["overrides"] for s in specs)
