@@ -1,14 +1,15 @@
 """Cross-device scale (docs/scale.md): SCAFFOLD and FedSUM at N = 1,000,000 and N = 1,000 clients, side by side.
 
-    python bench/scale.py [--rounds 10] [--ranks 2] [--cohort 100]
+    python bench/scale.py [--rounds 20] [--ranks 2] [--cohort 100]
 
 Synthetic(1, 1) of the FedProx paper generated per client on demand (``data.name=synthetic_fedprox``), an
 MLP 60-1600-10 (d = 113,610), ``--cohort`` clients a round drawn uniformly, ``--ranks`` ranks, the client
 state on disk (``state.store=disk``, the scratch directory under the system's temporary directory), a
-checkpoint every 10 rounds (and at the end). Prints one table: per-round time (median over rounds 2..), the
-last checkpoint's write seconds and bytes, start-up (launch to the first round, imports and MPI included),
-peak RSS per rank, the client state's bytes on disk per rank against the distinct rows the run touched,
-and the ratios N = 10^6 over N = 10^3. Every file it writes is removed at the end.
+checkpoint every 10 rounds (and at the end; from the second on they are increments, docs/checkpoint.md).
+Prints one table: per-round time (median over rounds 2..), the last checkpoint's write seconds and bytes
+(with the default 20 rounds: the increment of rounds 11-20), start-up (launch to the first round, imports
+and MPI included), peak RSS per rank, the client state's bytes on disk per rank against the distinct rows
+the run touched, and the ratios N = 10^6 over N = 10^3. Every file it writes is removed at the end.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def one_run(root: Path, algorithm: str, n: int, args: argparse.Namespace) -> dic
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--cohort", type=int, default=100)
     p.add_argument("--algorithms", nargs="+", default=["scaffold", "fedsum"])
