@@ -38,6 +38,7 @@ from fmnist_runs import (
     fadamgc_specs,
     fedadamom_specs,
     fedsum_specs,
+    grid_specs,
     load,
     paper_specs,
     run_all,
@@ -45,18 +46,18 @@ from fmnist_runs import (
     tuned_specs,
 )
 
-# step -> (its grids: run first, then its runs at the choices); a stage is a function so that it reads
-# the choices only after the grids are done
+# step -> its stages in order (the grids it reads its choices from first); a stage is a function so that
+# it reads the choices only after the grids before it are done
 STEPS = {
-    "tune": (lambda: [], lambda: tune_specs() + fedadamom_specs() + fadamgc_specs()),
+    "tune": (grid_specs,),
     "tuned": (tune_specs, tuned_specs),
     "fedsum": (tune_specs, fedsum_specs),
     "cases": (tune_specs, case_specs),
     "case2p": (tune_specs, case2p_specs),
     "fedadamom": (fedadamom_specs, lambda: fedadamom_specs(True, ALPHAS)),
     "fadamgc": (fadamgc_specs, lambda: fadamgc_specs(True)),
-    "ablation": (lambda: [], ablation_specs),
-    "paper": (lambda: [], paper_specs),
+    "ablation": (ablation_specs,),
+    "paper": (paper_specs,),
 }
 
 

@@ -240,11 +240,6 @@ def load(s: dict) -> dict | None:
 # ------------------------------------------------------------------------------------------- choices
 
 
-def lr_specs() -> list[dict]:
-    """FedAvg on P1 at every eta_0 of the grid on the tuning seeds (part of the 'tune' step)."""
-    return [s for lr in LR_GRID for s in fedsum_specs(lr, seeds=TUNE_SEEDS, patterns=("p1",), labels=["FedAvg"])]
-
-
 def best(rows: dict[float, list[dict | None]]) -> float | None:
     """The grid value with the lowest final train objective averaged over the tuning seeds (a value with a
     non-finite run loses; ties: the smaller value); None while any run of the grid is unfinished."""
@@ -272,6 +267,12 @@ def fedsum_specs(lr: float | None = None, seeds=SEEDS, patterns=PATTERNS, labels
 def tune_specs() -> list[dict]:
     """Every algorithm of the FedSUM comparison at every eta_0 of LR_GRID, P1, on the tuning seeds."""
     return [s for lr in LR_GRID for s in fedsum_specs(lr, seeds=TUNE_SEEDS, patterns=("p1",))]
+
+
+def grid_specs() -> list[dict]:
+    """Every tuning grid (the FedSUM comparison's eta_0, the FedAdamom comparison's server lr, FAdamGC's
+    local lr), on the tuning seeds."""
+    return tune_specs() + fedadamom_specs() + fadamgc_specs()
 
 
 def tuned_lrs() -> dict[str, float | None]:
@@ -380,7 +381,7 @@ def ablation_specs() -> list[dict]:
 ALL_STAGES: list[Callable[[], list[dict]]] = [
     # every step's runs in the order the results page needs them, each after the choices it reads: the
     # tuning grids, then the comparisons the claims rest on, the rest after
-    lambda: tune_specs() + fedadamom_specs() + fadamgc_specs(),
+    grid_specs,
     tuned_specs,
     lambda: fedadamom_specs(True, (0.1,)),
     lambda: fadamgc_specs(True),
