@@ -103,6 +103,24 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def descendants(root: int) -> list[int]:
+    """Every process below `root` in the process tree (from /proc/<pid>/stat's parent field)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def run_ranks(ranks: int, args: list[str], timeout: float = 240, cwd: Path | None = None,
               check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` on ``ranks`` real MPI ranks (or as a plain process when ranks == 0)."""

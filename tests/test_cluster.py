@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from helpers import slurm_reason
+from helpers import descendants, slurm_reason
 
 from fedrun.errors import SweepError
 from fedrun.sweep import report as report_mod
@@ -395,26 +395,16 @@ def test_wait_shows_progress_and_the_error_line_of_a_failed_task(tmp_path, monke
 
 def torchrun_pids(launcher: int) -> dict[int, int]:
     """PID of each torchrun worker among the launcher's descendants (from their RANK)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    found, todo = {}, [launcher]
-    while todo:
-        for pid in children.get(todo.pop(), []):
-            todo.append(pid)
-            try:
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(item.startswith(b"TORCHELASTIC_RUN_ID=") for item in env):
-                for item in env:
-                    if item.startswith(b"RANK="):
-                        found[int(item[5:])] = pid
+    found = {}
+    for pid in descendants(launcher):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(item.startswith(b"TORCHELASTIC_RUN_ID=") for item in env):
+            for item in env:
+                if item.startswith(b"RANK="):
+                    found[int(item[5:])] = pid
     return found
 
 

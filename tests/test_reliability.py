@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LEAST_SQUARES, REPO, child_env, mpiexec, run_ranks
+from helpers import LEAST_SQUARES, REPO, child_env, descendants, mpiexec, run_ranks
 
 from fedrun.checkpoint import CheckpointReader, checkpoint_round, find_latest_valid, list_checkpoints
 
@@ -29,27 +29,10 @@ def train_args(run_dir: Path, rounds: int, *extra: str) -> list[str]:
     return ["-m", "fedrun", "train", "--quiet", f"run.dir={run_dir}", f"run.rounds={rounds}", *BASE, *extra]
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def rank_pids(launcher: int) -> dict[int, int]:
     """PID of each rank's python process among the launcher's descendants (from their PMI_RANK)."""
     out = {}
-    for pid in _descendants(launcher):
+    for pid in descendants(launcher):
         try:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             exe = os.readlink(f"/proc/{pid}/exe")
@@ -265,10 +248,9 @@ def test_a_live_runs_directory_is_locked(tmp_path):
 
 
 def test_rendezvous_listens_on_loopback_only(tmp_path):
-    out = tmp_path / "listen.json"
-    run_ranks(2, [str(REPO / "tests" / "_rendezvous_probe.py"), str(out)])
-    found = json.loads(out.read_text())
-    assert found["port"] > 0
+    run_ranks(2, [str(REPO / "tests" / "cluster" / "probe_world.py"), str(tmp_path)])
+    found = json.loads((tmp_path / "rank0.json").read_text())
+    assert found["store_port"] > 0
     assert found["listening"] == ["127.0.0.1"], found
 
 

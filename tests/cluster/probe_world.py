@@ -33,6 +33,7 @@ def main() -> None:
            "bind_address": world.bind_address, "ifname": world.ifname, "network": world.network,
            "mpi4py_imported": "mpi4py.MPI" in sys.modules}
     if world.rank == 0 and world.store is not None and hasattr(world.store, "port"):
+        out["store_port"] = world.store.port
         out["listening"] = listening_addresses(world.store.port)
     Path(sys.argv[1], f"rank{world.rank}.json").write_text(json.dumps(out, indent=1))
     world.close()
