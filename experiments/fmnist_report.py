@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -621,6 +621,8 @@ def paper_section(rep: Report, tuned: dict | None) -> None:
                      f"{' > '.join(small) if small else 'pending'} |")
     rep.summary["fedsum_paper"] = data
     rep.blocks["paper"] = "\n".join(lines) + "\n"
+    plot_fedsum({p: {a: {0: runs[(p, a)]} for a in PAPER_ALGORITHMS} for p in PATTERNS}, OUT / "paper.png",
+                "paper settings, seed 0", PAPER_ALGORITHMS)
 
 
 def escape_section(rep: Report) -> None:
@@ -677,7 +679,7 @@ def _smooth(y, w: int) -> np.ndarray:
     return np.divide(total, count, out=np.full_like(total, np.nan), where=count > 0)
 
 
-def plot_fedsum(rows: dict, path: Path, title: str) -> None:
+def plot_fedsum(rows: dict, path: Path, title: str, algorithms: Collection[str] = FEDSUM_ALGORITHMS) -> None:
     """Per pattern: test accuracy against rounds and against floats communicated, the local minibatch loss."""
     import matplotlib
 
@@ -687,8 +689,9 @@ def plot_fedsum(rows: dict, path: Path, title: str) -> None:
 
     fig, axes = plt.subplots(3, len(PATTERNS), figsize=(5.2 * len(PATTERNS), 12), squeeze=False)
     colors = plt.get_cmap("tab10")
+    several = any(len(seeds) > 1 for p in PATTERNS for seeds in rows[p].values())
     for j, p in enumerate(PATTERNS):
-        for k, label in enumerate(FEDSUM_ALGORITHMS):
+        for k, label in enumerate(algorithms):
             rs = [r for r in rows[p].get(label, {}).values() if r["finite"]]
             if not rs:
                 continue
@@ -701,7 +704,7 @@ def plot_fedsum(rows: dict, path: Path, title: str) -> None:
             axes[2, j].plot(np.arange(len(loss)) + 10, loss, style, color=c, lw=1)
         axes[0, j].set_title(f"{title}: {p.upper()}")
         axes[0, j].set_xlabel("round")
-        axes[0, j].set_ylabel("test accuracy (%), mean over the seeds that did not diverge")
+        axes[0, j].set_ylabel("test accuracy (%)" + (", mean over the seeds that did not diverge" if several else ""))
         axes[1, j].set_xlabel("floats communicated, up + down, all clients")
         axes[1, j].set_ylabel("test accuracy (%)")
         axes[1, j].set_xscale("log")
@@ -711,7 +714,7 @@ def plot_fedsum(rows: dict, path: Path, title: str) -> None:
         for row in range(3):
             axes[row, j].grid(alpha=0.3)
     handles = [Line2D([], [], color=colors(k % 10), ls="-" if label.startswith("FedSUM") else "--", label=label)
-               for k, label in enumerate(FEDSUM_ALGORITHMS)]
+               for k, label in enumerate(algorithms)]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=70)
@@ -757,7 +760,8 @@ def plot_fedadamom(path: Path) -> None:
 BLOCKS = ("claims", "neutrality", "tuning", "fedsum_tuned", "fedsum_shared", "budget", "diagnosis", "cases",
           "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "paper")
 PLOTS = {"fedsum_tuned": "FedSUM comparison, each at its own eta_0", "fedsum_shared": "FedSUM comparison, shared eta_0",
-         "fedadamom": "FedAdamom comparison"}  # written by their sections once all their runs are finished
+         "fedadamom": "FedAdamom comparison", "paper": "FedSUM at its paper's settings, seed 0",
+         }  # written by their sections once all their runs are finished
 MARK = re.compile(r"(<!-- tables\.md: ([\w.]+) -->\n)(.*?)(<!-- end \2 -->)", re.S)
 
 
@@ -795,7 +799,7 @@ def report() -> None:
     for name, title in PLOTS.items():
         png = OUT / f"{name}.png"
         page[f"plot_{name}"] = (f"![{title}]({png.relative_to(PAGE.parent)})" if png.is_file()
-                                else f"(plot {rep.blocks[name.replace('fedadamom', 'fedadamom_0.1')].strip()})")
+                                else "(the plot is drawn once every run of its section has finished)")
     found = fill_page(page)
     print((OUT / "tables.md").read_text())
     print(f"copied {len(found)} table blocks into {PAGE.relative_to(REPO)}")
