@@ -179,9 +179,11 @@ def run_one(s: dict) -> str:
     summary.parent.mkdir(parents=True, exist_ok=True)
     summary.with_suffix(".error.txt").unlink(missing_ok=True)
     try:
-        # a long run checkpoints (its base config's checkpoint.every) and continues from its newest
-        # checkpoint after an interruption; a short one has none and starts again
-        result = fedrun.run(cfg, write_files=True, resume="auto")
+        # a long run checkpoints (its base config's checkpoint.every), shows fedrun's progress line (every
+        # run.log_every rounds) and continues from its newest checkpoint after an interruption; a short one
+        # has none of these and starts again
+        long_run = cfg.get("checkpoint", {}).get("every", 0) > 0
+        result = fedrun.run(cfg, write_files=True, resume="auto", progress=long_run)
     except NumericalError as exc:  # diverged: a finished run whose outcome is "diverged"
         out = {k: s[k] for k in ("group", "label", "seed", "base", "overrides")}
         out.update({"finite": False, "error": str(exc), "train_objective": None, "test_accuracy": [],
