@@ -15,12 +15,14 @@ against the adaptive server optimizers, with the FedSUM paper's MNIST CNN, ten r
     python experiments/fmnist.py flatness    # FedAdamom's flatness claim: sharpness of the trained models
     python experiments/fmnist.py report      # tables, plots, claims from the summaries; fills docs/results.md
 
-A step that needs a choice (an eta_0, a server lr) runs the grids it depends on first. The grids, runs and
-choices are in experiments/fmnist_runs.py: a run is cached by its summary JSON under
-docs/results/fmnist_10seeds/ (PAPER_OUT for 'paper'), so an interrupted step continues
-where it stopped; the tables, plots and diagnosis are in experiments/fmnist_report.py; the flatness
-measures of the FedAdamom comparison's final models (one JSON per run in flatness/ beside the summaries,
-resumed likewise) in experiments/fmnist_flatness.py.
+A step prints a line per run (done/total, elapsed, ETA); a long run (one that checkpoints: 'paper') also
+prints fedrun's progress line every 25 rounds and resumes from its newest checkpoint. `--shard K/N` lets N
+processes share a step. A step that needs a choice (an eta_0, a server lr) runs the grids it depends on
+first. The grids, runs and choices are in experiments/fmnist_runs.py: a run is cached by its summary JSON
+under docs/results/fmnist_10seeds/ (PAPER_OUT for 'paper'), so an interrupted step continues where it
+stopped; the tables, plots and diagnosis are in experiments/fmnist_report.py; the flatness measures of the
+FedAdamom comparison's final models (one JSON per run in flatness/ beside the summaries, resumed likewise)
+in experiments/fmnist_flatness.py.
 """
 
 from __future__ import annotations
