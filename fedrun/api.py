@@ -17,6 +17,7 @@ from fedrun.errors import (
     EXIT_BAD_INPUT,
     ConfigError,
     RunFailure,
+    StartupInterrupted,
     exit_code,
     one_line,
     raised_on_every_rank,
@@ -27,7 +28,7 @@ from fedrun.errors import (
 from fedrun.federation.loop import RoundCallback, RunResult, train
 from fedrun.metrics.log import standard
 from fedrun.preflight import check_threads
-from fedrun.runtime.failures import claim_failure_report, failure_reported, lost_ranks
+from fedrun.runtime.failures import claim_failure_report, failure_reported, lost_ranks, name_lost_ranks_on_quit
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
 
@@ -63,7 +64,9 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
     check_threads(cfg)  # before the rendezvous: every rank refuses it alike, rank 0 says so
     owns_world = world is None
     world = world or init_world(cfg.run.device, cfg.run.timeout_s)
-    lock = None
+    if signals is not None:
+        signals.reinstall()  # MPI's initialisation may have taken SIGHUP (UCX's debug signal)
+    lock, restore_quit = None, name_lost_ranks_on_quit(world)
     try:
         run_dir = None
         if write_files:
@@ -85,6 +88,11 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
             if world.size > 1 and world.is_root:
                 report_error(exc)
             world.close()
+        elif owns_world and world.size > 1 and isinstance(exc, StartupInterrupted):
+            # a signal before round 1 reaches each rank where it is: rank 0 says so, the job ends at once
+            if world.is_root:
+                report_error(exc)
+            world.abort(exit_code(exc))
         elif owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             # one rank failed: end the whole job now, naming the rank, rather than let peers hang. A rank
             # failing on its own always says why; of the survivors that only lost contact, the first says
@@ -105,6 +113,7 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
             world.abort(exit_code(exc))
         raise
     finally:
+        restore_quit()
         if lock is not None:
             lock.close()
     if owns_world:

@@ -48,10 +48,13 @@ def _note_repeats(overrides: list[str]) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from fedrun.errors import spell_for_command_line
     from fedrun.runtime.signals import StopSignals
 
-    # before torch is imported: a signal during start-up is not lost
-    with StopSignals(announce=_launcher_rank() == 0) as signals:
+    spell_for_command_line()  # messages name --resume auto, not the API's resume="auto"
+
+    # before torch is imported: a signal during start-up ends it at once (exit status 75, nothing written)
+    with StopSignals(announce=_launcher_rank() == 0, starting=True) as signals:
         from fedrun.api import run
         from fedrun.config import load_config
 

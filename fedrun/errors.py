@@ -110,8 +110,34 @@ def writing(path: Any) -> Iterator[None]:
                          "intact") from None
 
 
+_COMMAND_LINE = [False]  # set by ``fedrun train``: messages spell arguments as its flags
+
+
+def spell_for_command_line() -> None:
+    """From now on :func:`argument` spells arguments as ``fedrun train``'s flags (the CLI calls this)."""
+    _COMMAND_LINE[0] = True
+
+
+def argument(name: str, value: str | tuple[str, ...] | None = None) -> str:
+    """How the user gives argument ``name`` (``resume``, ``accept_changes``) with ``value`` where they called
+    fedrun: ``--resume auto`` on the command line, ``resume="auto"`` to ``fedrun.run`` (the Python API)."""
+    if _COMMAND_LINE[0]:
+        flag = "--" + name.replace("_", "-")
+        return flag if value is None else f"{flag} {value if isinstance(value, str) else ','.join(value)}"
+    if value is None:
+        return name
+    if isinstance(value, str):
+        return f'{name}="{value}"'
+    return f"{name}=({', '.join(f'{v!r}'.replace(chr(39), chr(34)) for v in value)},)"
+
+
 class RunInterrupted(Exception):
     """A stop signal arrived; the run wrote a checkpoint and can be resumed (exit status 75)."""
+
+
+class StartupInterrupted(Exception):
+    """A stop signal arrived during start-up, before round 1: nothing was written (exit status 75). Raised
+    where one rank is, so the ranks do not leave together: the job is ended from the rank that has it."""
 
 
 def on_every_rank(exc: BaseException) -> BaseException:
@@ -130,7 +156,8 @@ def report(line: str) -> None:
     """Write one line to stderr in one write and flush it: lines of several ranks sharing the launcher's pipe
     never run together."""
     try:
-        sys.stderr.write(" ".join(line.split()) + "\n")
+        # a library's message cut inside a UTF-8 sequence (gloo's) decodes to lone surrogates: dropped
+        sys.stderr.write(" ".join(line.split()).encode("utf-8", "ignore").decode("utf-8") + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):  # stderr closed: nothing left to tell
         pass
@@ -141,12 +168,13 @@ def report_error(exc: BaseException) -> None:
     error every rank raised is reported by rank 0 before the ranks leave together, and again nowhere."""
     if getattr(exc, "reported", False):
         return
-    report(f"fedrun: error: {one_line(exc)}")
+    stopped = isinstance(exc, (RunInterrupted, StartupInterrupted))  # asked for: not an error
+    report(f"fedrun: {'' if stopped else 'error: '}{one_line(exc)}")
     exc.reported = True  # type: ignore[attr-defined]
 
 
 def exit_code(exc: BaseException) -> int:
-    if isinstance(exc, RunInterrupted):
+    if isinstance(exc, (RunInterrupted, StartupInterrupted)):
         return EXIT_REQUEUE
     if isinstance(exc, (ConfigError, DataError, CheckpointError)):
         return EXIT_BAD_INPUT

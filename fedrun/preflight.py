@@ -103,6 +103,26 @@ def model_data_mismatch(model_name: str, task: TaskData, settings: Any = None) -
     return None
 
 
+def parameter_count(model_name: str, input_shape: tuple[int, ...], num_classes: int, settings: Any = None,
+                    ) -> int | None:
+    """d, the model's number of parameters, counted on PyTorch's meta device (shapes without storage: a
+    model of 10^9 parameters costs nothing to count), or None when the model cannot be built there (the
+    real build then reports it)."""
+    import torch
+
+    from fedrun.models import build_model
+
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = build_model(model_name, tuple(int(s) for s in input_shape), num_classes, settings)
+        return sum(p.numel() for p in module.parameters())
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001 - not buildable on the meta device: not counted here
+        return None
+
+
 def _shape(shape: tuple[Any, ...]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 

@@ -97,7 +97,8 @@ def test_rows_never_written_read_their_initial_value_and_cost_no_disk(tmp_path):
 
 def test_auto_takes_memory_while_it_fits_then_disk_then_refuses(tmp_path):
     plan = StorePlan(rows=500_000, dim=100_000, vectors=2, scalars=1, itemsize=4, touched_rows=1_000)
-    assert choose("auto", plan, tmp_path, available=10**15)[0] == "memory"
+    every_row = StorePlan(rows=500_000, dim=100_000, vectors=2, scalars=1, itemsize=4, touched_rows=500_000)
+    assert choose("auto", every_row, tmp_path, available=10**15)[0] == "memory"
     kind, why = choose("auto", plan, tmp_path, available=2**30)
     assert kind == "disk" and str(tmp_path) in why
     big = StorePlan(rows=500_000, dim=100_000, vectors=2, scalars=1, itemsize=4, touched_rows=10**9)

@@ -7,7 +7,9 @@ dataset): the generated arrays at their peak, the per-client bookkeeping at its 
 per-round minibatch indices, summed. Only when the sum exceeds the memory available now is the run
 refused, with one line naming the fields of its largest part. An on-demand dataset (docs/scale.md)
 holds no examples between rounds: it counts its per-client bookkeeping and its bounded pooled test
-set, never N times the examples.
+set, never N times the examples. The per-client evaluation counts its evaluated clients and one window
+of examples (fedrun.federation.client_eval). Once the data and the model's size d are known (before
+the model is built), :func:`model_bytes` adds the model's copies and the block's client state.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ PER_CLIENT_BYTES = 320
 # the per-round minibatch index arrays [C, K, b] (positions, epochs, rows, sort keys, permutation, mask):
 # bytes per index at their peak
 INDEX_BYTES = 48
+# per evaluated client of the per-client evaluation: its id, test count and running end (int64), rank 0's
+# (loss, correct) sums and up to four result arrays (float64)
+EVAL_CLIENT_BYTES = 80
+# one evaluation window at its peak: the inputs (fedrun.federation.client_eval.WINDOW_BYTES) and the
+# per-example results of at most WINDOW_EXAMPLES examples (2 float64 each, reduced: twice)
+EVAL_WINDOW_BYTES = (64 << 20) + 32 * (1 << 20)
+ON_DEMAND_NAMES = ("synthetic_fedprox", "federated_h5")  # datasets that always evaluate per client
 
 
 def available_bytes() -> int | None:
@@ -72,6 +81,10 @@ def planned_bytes(cfg: Config) -> list[tuple[str, int]]:
         least = max(1, round(sf.test_fraction * MIN_EXAMPLES))
         plans.append(("data.synthetic_fedprox.test_clients x data.synthetic_fedprox.dim",
                       16 * min(n, sf.test_clients) * least * sf.dim))
+    if data.name in ON_DEMAND_NAMES or data.client_test_fraction > 0:
+        evaluated = n if cfg.eval.clients is None else min(n, cfg.eval.clients)
+        plans.append(("eval.clients (the clients of the per-client evaluation)",
+                      evaluated * EVAL_CLIENT_BYTES + EVAL_WINDOW_BYTES))
     if cfg.local.epochs is None:
         if cfg.asynchrony.enabled:
             cohort, field = cfg.asynchrony.concurrency, "asynchrony.concurrency"
@@ -85,14 +98,32 @@ def planned_bytes(cfg: Config) -> list[tuple[str, int]]:
     return plans
 
 
-def check_memory(cfg: Config, available: int | None = None) -> None:
-    """Raise :class:`ConfigError` (one line, exit status 2) when the planned allocations together exceed the
-    memory available on this node (``available``: bytes, default :func:`available_bytes`); the line names
-    the fields of the largest part."""
+def model_bytes(cfg: Config, dim: int, itemsize: int, vectors: dict[str, int], scalars: int, rows: int,
+                ) -> list[tuple[str, int]]:
+    """(fields, bytes) of what the model's size d = ``dim`` costs a rank, a lower bound: the model and its
+    flat copy, ``vectors["server"]`` server entries (rank 0), the downlink and uplink entries, the exact sum's
+    int64 limbs of each uplink entry, and one client's local training (its model, gradient and momentum):
+    ``d x itemsize x copies``; and the client state of its ``rows`` block clients with ``vectors["client"]``
+    vector and ``scalars`` scalar entries: ``rows x (d x vectors + scalars) x itemsize`` in memory
+    (``state.store=memory``), else ``rows x (vectors + scalars x itemsize)`` (the disk store's bookkeeping)."""
+    limbs = 2 if itemsize == 8 else 1  # fedrun.runtime.exact_sum.limbs
+    copies = 2 + vectors["server"] + vectors["down"] + vectors["up"] * (1 + limbs * 8 // itemsize) + 3
+    state = (rows * (dim * vectors["client"] + scalars) * itemsize if cfg.state.store == "memory"
+             else rows * (vectors["client"] + scalars * itemsize))
+    return [(f"model.name={cfg.model.name} (d = {dim:,} parameters x {copies} copies: model, server state, "
+             "downlink, uplink and its exact sums, local training)", dim * itemsize * copies),
+            (f"algorithm.name={cfg.algorithm.name} x data.num_clients (the client state of a rank's "
+             f"{rows:,} clients, state.store={cfg.state.store})", state)]
+
+
+def check_memory(cfg: Config, available: int | None = None, extra: list[tuple[str, int]] | tuple = ()) -> None:
+    """Raise :class:`ConfigError` (one line, exit status 2) when the planned allocations (and ``extra``, e.g.
+    :func:`model_bytes`) together exceed the memory available on this node (``available``: bytes, default
+    :func:`available_bytes`); the line names the fields of the largest part."""
     available = available_bytes() if available is None else available
     if available is None:
         return
-    plans = planned_bytes(cfg)
+    plans = [*planned_bytes(cfg), *extra]
     total = sum(size for _, size in plans)
     if total > available:
         fields, size = max(plans, key=lambda plan: plan[1])

@@ -29,20 +29,23 @@ from fedrun.data import ON_DEMAND, load_task
 from fedrun.data.builtin import least_squares_x0
 from fedrun.data.client_block import ClientBlock
 from fedrun.data.client_source import ArraySource, ClientSource
+from fedrun.data.dataset import TaskData
 from fedrun.data.partition import partition, split_client_tests
-from fedrun.data.sizes import available_bytes, check_memory
+from fedrun.data.sizes import available_bytes, check_memory, model_bytes
 from fedrun.errors import ConfigError
 from fedrun.federation.blocks import Placement, assign_blocks, round_work
 from fedrun.federation.client_eval import ClientEval
 from fedrun.federation.corruption import Corruption
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.exchange import Exchange, check_gathered_memory
+from fedrun.federation.participation.registry import make_participation
 from fedrun.federation.schedule import Schedule, make_schedule, schedule_type
 from fedrun.models import build_model, uses_randomness
-from fedrun.preflight import check_model_fits_data
+from fedrun.preflight import check_model_fits_data, parameter_count
+from fedrun.privacy.mechanism import Privacy, PrivacyState
 from fedrun.protocol import Declaration, Entry, Vector
 from fedrun.runtime.world import World
-from fedrun.state.choice import StorePlan, choose
+from fedrun.state.choice import StorePlan, choose, disk_share
 from fedrun.state.disk import DiskStore
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.flat_model import FlatModel
@@ -83,6 +86,7 @@ class Setup:
     strategy_timings: dict[str, float]
     corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
     client_eval: ClientEval | None = None  # per-client evaluation (per-client test data: docs/evaluation.md)
+    privacy: Privacy | None = None  # clipping and noise of the uploads (privacy.mode != none: docs/privacy.md)
     store_choice: str = ""  # where the client state lives and why (the start-up line)
 
 
@@ -104,6 +108,7 @@ class RunState:
     # the next checkpoint is full) and its increments since the last full one (fedrun.checkpoint.chain)
     base: Path | None = None
     depth: int = 0
+    privacy: PrivacyState | None = None  # the privacy accountant and the current clip (privacy.mode != none)
 
 
 def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunState]:
@@ -111,7 +116,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
     seed = cfg.run.seed
     check_memory(cfg)  # before anything is allocated
-    source = client_data(cfg, seed)
+    source = client_data(cfg, seed, world.size)
     task = source.task
     num_clients = source.num_clients
     sizes = source.num_examples
@@ -151,6 +156,12 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     test_rows = slice(int(share[0]) * batch, (int(share[-1]) + 1) * batch) if len(share) else slice(0, 0)
 
     schedule = make_schedule(cfg, num_clients, dtype, world.device)
+    privacy = None
+    if cfg.privacy.mode != "none":  # the pattern's fresh copy plans the rounds for a calibration of sigma
+        privacy = Privacy(cfg.privacy, cfg.algorithm.name, decl, getattr(schedule, "participation", None),
+                          None if cfg.asynchrony.enabled else
+                          make_participation(cfg.participation, num_clients, seed, cfg.run.rounds),
+                          num_clients, cfg.run.rounds, seed, cfg.asynchrony.enabled, world)
     clients, store_choice = _client_store(cfg, world, run_dir,
                                           (*decl.client, *schedule.held_entries(decl.up)), block.num_clients, x0,
                                           schedule.cohort)
@@ -171,11 +182,12 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                   total_examples=float(sizes.sum()), dim=model.dim,
                   placement=Placement(mode, blocks, work, block, world.rank, world.size), learner=learner,
                   algorithm=algorithm, decl=decl, exchange=exchange, strategy_timings=timings, corruption=corruption,
-                  store_choice=store_choice)
+                  store_choice=store_choice, privacy=privacy)
     if source.test_examples is not None:
         setup.client_eval = ClientEval(cfg, world, source, blocks, dtype, learner.classification)
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
-                     delay=DelayTracker(num_clients), strategy=strategy)
+                     delay=DelayTracker(num_clients), strategy=strategy,
+                     privacy=None if privacy is None else privacy.state)
     return setup, state
 
 
@@ -189,9 +201,15 @@ def _client_store(cfg: Config, world: World, run_dir: Path | None,
     plan = StorePlan(rows=num_clients, dim=x0.numel(), vectors=len(vectors), scalars=len(entries) - len(vectors),
                      itemsize=x0.element_size(), touched_rows=cfg.run.rounds * cohort)
     choice: tuple[str, str] | str = ""
+    try:  # the ranks sharing a disk share its free space: rank 0 sums their rows per disk
+        shares = world.allgather_object(disk_share(directory, plan.disk_bytes) if cfg.state.store != "memory"
+                                        else None)
+    except OSError as exc:  # the nearest existing parent of state.dir cannot be examined
+        raise ConfigError(f"state.dir={directory}: {exc.strerror or exc}") from None
     if world.is_root:  # one choice for every rank (a checkpoint streams every rank's rows alike)
         try:
-            choice = choose(cfg.state.store, plan, directory, available_bytes())
+            choice = choose(cfg.state.store, plan, directory, available_bytes(),
+                            None if None in shares else shares)
         except ConfigError as err:
             choice = str(err)
     choice = world.broadcast_object(choice)
@@ -203,21 +221,41 @@ def _client_store(cfg: Config, world: World, run_dir: Path | None,
     return DiskStore(entries, num_clients, x0, directory, f"rank{world.rank}"), f"on disk ({why})"
 
 
-def client_data(cfg: Config, seed: int) -> ClientSource:
+def client_data(cfg: Config, seed: int, ranks: int = 1) -> ClientSource:
     """The run's clients: an on-demand dataset as it is, or an in-memory one loaded, checked against the
-    model, partitioned into N clients and, with ``data.client_test_fraction`` > 0, split into per-client
-    training and test examples."""
+    model (its memory on ``ranks`` ranks first, then one example through it), partitioned into N clients
+    and, with ``data.client_test_fraction`` > 0, split into per-client training and test examples."""
     if cfg.data.name in ON_DEMAND:
         source = ON_DEMAND[cfg.data.name](cfg.data, seed)
+        check_model_memory(cfg, source.task, source.num_clients, ranks)
         check_model_fits_data(cfg, source.task)
         return source
     task = load_task(cfg.data, seed)
+    check_model_memory(cfg, task, cfg.data.num_clients, ranks)
     check_model_fits_data(cfg, task)  # one line naming model and shapes, before any allocation or timing
     parts = partition(task, cfg.data, seed)
     tests = None
     if cfg.data.client_test_fraction > 0:
         parts, tests = split_client_tests(task, parts, cfg.data, seed)
     return ArraySource(task, parts, tests)
+
+
+def check_model_memory(cfg: Config, task: TaskData, num_clients: int, ranks: int) -> None:
+    """Before the model is built: its size d (counted on the meta device) with the algorithm's entries and
+    the client state of a rank's N / ranks clients, together with the data's planned bytes, against the
+    memory available (:func:`fedrun.data.sizes.model_bytes`; one line naming the largest part)."""
+    dim = parameter_count(cfg.model.name, task.input_shape, task.num_classes, cfg.model.settings)
+    if dim is None:
+        return
+    decl = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams).declare()
+
+    def vectors(entries: Any) -> int:
+        return sum(isinstance(e, Vector) for e in entries)
+
+    counts = {"server": vectors(decl.server), "down": vectors(decl.down_entries()), "up": vectors(decl.up),
+              "client": vectors(decl.client)}
+    check_memory(cfg, extra=model_bytes(cfg, dim, 8 if cfg.run.dtype == "float64" else 4, counts,
+                                        len(decl.client) - counts["client"], num_clients // ranks))
 
 
 def _placement(cfg: Config, decl: Declaration, world: World, schedule: type[Schedule]) -> str:
@@ -240,12 +278,12 @@ def _placement(cfg: Config, decl: Declaration, world: World, schedule: type[Sche
 
 def _choose_strategy(cfg: Config, world: World, model: FlatModel, block: ClientBlock, random_model: bool,
                      loss_fn: LossFn, x0: Tensor, cohort: int) -> tuple[str, dict[str, float]]:
-    """``local.strategy``: for ``auto`` the model's neighbour-independent strategy, for ``fastest`` the fastest
-    on rank 0's timing (the same on every rank)."""
+    """``local.strategy``: for ``auto`` the fastest exact strategy of the model on this device (by rule), for
+    ``fastest`` the fastest on rank 0's timing (the same on every rank)."""
     requested = cfg.local.strategy
     check_strategy(requested, model, block, random_model, cfg.model.name)
     if requested == "auto":
-        return reproducible_strategy(model, block), {}
+        return reproducible_strategy(model, block, cfg.model.name, world.device), {}
     if requested != "fastest":
         return requested, {}
     timings: dict[str, float] = {}

@@ -15,9 +15,11 @@ all their test examples:
   ``local.batch_size`` from the client's training examples, drawn from their own random stream keyed by
   (seed, round, client)) from x, and evaluates the resulting x_i on the client's test examples in batches
   of that client alone: personalized accuracy, a function of (seed, round, client) only.
-* ONE reduce brings rank 0 the per-example results and the personalized per-client sums (each entry
-  comes from one rank, the others add exact zeros), and rank 0 sums the examples of each client in
-  float64: the per-client results are bit-identical on any number of ranks.
+* The examples are walked in windows of whole batches (bounded in bytes and examples, whatever N is;
+  an on-demand dataset loads a window's clients when it comes); ONE reduce per window brings rank 0 its
+  per-example results (the last also the personalized per-client sums; each entry comes from one rank,
+  the others add exact zeros), and rank 0 sums the examples of each client in float64, in order, once
+  all are in: the per-client results are bit-identical on any number of ranks and window sizes.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ from fedrun.training.schedule import local_lr
 
 FINETUNE_ROUNDS = 1 << 40  # fine-tuning after round t draws its batches as "round" FINETUNE_ROUNDS + t
 FINETUNE_GROUP = 64  # clients fine-tuned together (bounds the [C, d] local models)
+# a window of the evaluated examples (all ranks' shares together) is loaded, evaluated and reduced at once
+WINDOW_BYTES = 64 << 20  # its examples' inputs, float32 on the host
+WINDOW_EXAMPLES = 1 << 20  # and at most this many examples (the reduced per-example results: 16 bytes each)
 
 
 def _to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> Tensor:
@@ -51,70 +56,90 @@ def _to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> T
 EVAL_STREAM = 0x4556434C  # "EVCL": h(seed, EVAL_STREAM, i) picks the eval.clients sample
 
 
+def window_examples(input_shape: tuple[int, ...], batch: int) -> int:
+    """Examples in one evaluation window: whole batches of ``batch``, at most :data:`WINDOW_BYTES` of float32
+    inputs and :data:`WINDOW_EXAMPLES` examples, at least one batch."""
+    per_example = 4 * max(1, int(np.prod(input_shape)))
+    return batch * max(1, min(WINDOW_BYTES // per_example, WINDOW_EXAMPLES) // batch)
+
+
 class ClientEval:
-    """One rank's share of the per-client evaluation, built once with the run."""
+    """One rank's share of the per-client evaluation, built once with the run.
+
+    What it holds between evaluations grows with the evaluated clients only (their ids and counts, 16 bytes
+    a client), never with their examples: an evaluation walks the examples in windows of
+    :func:`window_examples`, each loaded (an on-demand dataset reads or generates its clients then),
+    evaluated and reduced before the next. A resident dataset whose evaluated examples fit one window keeps
+    its share on the device, as it always has. A window is whole batches of the example sequence, so the
+    batches, and each example's result, are those of evaluating all examples at once; rank 0 sums a client's
+    examples once all are in (carried across windows), so the per-client sums are bit for bit the same."""
 
     def __init__(self, cfg: Config, world: World, source: ClientSource, blocks: list[tuple[int, int]],
                  dtype: torch.dtype, classification: bool) -> None:
-        self.cfg, self.world, self.dtype, self.classification = cfg, world, dtype, classification
+        self.cfg, self.world, self.source, self.dtype = cfg, world, source, dtype
+        self.classification = classification
         self.ids = sample_clients(source.num_clients, cfg.eval.clients, cfg.run.seed, EVAL_STREAM)
         self.counts = source.test_examples[self.ids]
         self.num_clients = len(self.ids)
-        ends = np.cumsum(self.counts)
-        self.total = int(ends[-1]) if len(ends) else 0
-        batch = cfg.eval.batch_size
-        share = np.array_split(np.arange(-(-self.total // batch)), world.size)[world.rank]
-        self.lo = int(share[0]) * batch if len(share) else 0
-        self.hi = min(self.total, (int(share[-1]) + 1) * batch) if len(share) else 0
-        # the clients whose examples overlap [lo, hi), loaded and cut to the share
-        a, b = np.searchsorted(ends, self.lo, side="right"), np.searchsorted(ends, self.hi, side="left") + 1
-        x, y = source.load_test(self.ids[a:b]) if self.hi > self.lo else source.load_test(self.ids[:0])
-        skip = self.lo - (int(ends[a - 1]) if a > 0 else 0)
-        self.x = _to_device(x[skip:skip + self.hi - self.lo], world.device, dtype)
-        self.y = _to_device(y[skip:skip + self.hi - self.lo], world.device, dtype)
+        self.ends = np.cumsum(self.counts)
+        self.total = int(self.ends[-1]) if len(self.ends) else 0
+        step = window_examples(tuple(source.task.input_shape), cfg.eval.batch_size)
+        self.windows = [(lo, min(self.total, lo + step)) for lo in range(0, self.total, step)] or [(0, 0)]
+        self.kept = self._share(*self.windows[0]) if source.resident and len(self.windows) == 1 else None
         first, stop = blocks[world.rank]  # the evaluated clients this rank owns fine-tune
         own = (self.ids >= first) & (self.ids < stop)
         self.owned = np.flatnonzero(own)  # positions in ids
         self.owned_ids = self.ids[own]
-        self.own_offsets = np.concatenate([[0], np.cumsum(self.counts[own])]).astype(np.int64)
-        own_x, own_y = source.load_test(self.owned_ids)
-        self.own_x = _to_device(own_x, world.device, dtype)
-        self.own_y = _to_device(own_y, world.device, dtype)
+
+    def _share(self, lo: int, hi: int) -> tuple[int, int, Tensor, Tensor]:
+        """This rank's share of the window of examples [lo, hi): an equal contiguous share of its batches,
+        as (first, end, x, y), loaded from the clients whose examples overlap it."""
+        batch = self.cfg.eval.batch_size
+        share = np.array_split(np.arange(-(-(hi - lo) // batch)), self.world.size)[self.world.rank]
+        a_lo = lo + int(share[0]) * batch if len(share) else lo
+        a_hi = min(hi, lo + (int(share[-1]) + 1) * batch) if len(share) else lo
+        a, b = np.searchsorted(self.ends, a_lo, side="right"), np.searchsorted(self.ends, a_hi, side="left") + 1
+        x, y = self.source.load_test(self.ids[a:b] if a_hi > a_lo else self.ids[:0])
+        skip = a_lo - (int(self.ends[a - 1]) if a > 0 else 0)
+        return (a_lo, a_hi, _to_device(x[skip:skip + a_hi - a_lo], self.world.device, self.dtype),
+                _to_device(y[skip:skip + a_hi - a_lo], self.world.device, self.dtype))
 
     def evaluate(self, model: FlatModel, loss_fn: LossFn, x: Tensor, t: int, block: ClientBlock, strategy: str,
                  random_model: bool, finetune_steps: int | None = None) -> dict[str, np.ndarray]:
         """Collective: the per-client ``accuracy``/``loss`` of the global model ``x`` after round t (and
         ``finetuned_*`` with ``finetune_steps`` > 0, default ``eval.finetune_steps``; 0 takes the
         personalization path without steps), float64 ``[|S|]`` in the order of ``ids``, NaN where m_i = 0, on rank 0
-        ({} elsewhere)."""
+        ({} elsewhere). One reduce per window; the personalized sums travel with the last."""
         steps = self.cfg.eval.finetune_steps if finetune_steps is None else finetune_steps
         personal = finetune_steps is not None or steps > 0
         n = self.num_clients
-        buf = torch.zeros(2 * self.total + (2 * n if personal else 0), dtype=torch.float64, device=x.device)
-        examples = evaluate_examples(model, loss_fn, x, self.x, self.y, self.cfg.eval.batch_size,
-                                     self.classification)
-        buf[:2 * self.total].view(self.total, 2)[self.lo:self.hi] = examples.to(torch.float64)
-        if personal:
-            sums = self._finetuned(model, loss_fn, x, t, block, strategy, random_model, steps)
-            buf[2 * self.total:].view(n, 2)[self.owned] = sums
-        reduce_to_root(self.world, buf)
-        if not self.world.is_root:
+        tuned = self._finetuned(model, loss_fn, x, t, block, strategy, random_model, steps) if personal else None
+        sums = Sums(self.counts) if self.world.is_root else None
+        for w, (lo, hi) in enumerate(self.windows):
+            last = w + 1 == len(self.windows)
+            buf = torch.zeros(2 * (hi - lo) + (2 * n if personal and last else 0), dtype=torch.float64,
+                              device=x.device)
+            a_lo, a_hi, xs, ys = self.kept or self._share(lo, hi)
+            examples = evaluate_examples(model, loss_fn, x, xs, ys, self.cfg.eval.batch_size, self.classification)
+            buf[:2 * (hi - lo)].view(hi - lo, 2)[a_lo - lo:a_hi - lo] = examples.to(torch.float64)
+            if tuned is not None and last:
+                buf[2 * (hi - lo):].view(n, 2)[self.owned] = tuned
+            reduce_to_root(self.world, buf)
+            if sums is not None:
+                host = buf.cpu().numpy()
+                sums.add(host[:2 * (hi - lo)].reshape(hi - lo, 2), hi)
+                if tuned is not None and last:
+                    tuned_sums = host[2 * (hi - lo):].reshape(n, 2)
+        if sums is None:
             return {}
-        host = buf.cpu().numpy()
-        per_example = host[:2 * self.total].reshape(self.total, 2)
-        starts, tested = np.concatenate([[0], np.cumsum(self.counts)[:-1]]), self.counts > 0
-        sums = np.zeros((n, 2))
-        if self.total:  # the tested clients' segments tile the examples
-            sums[tested] = np.add.reduceat(per_example, starts[tested], axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            out = {"loss": sums[:, 0] / self.counts}
+            out = {"loss": sums.sums[:, 0] / self.counts}
             if self.classification:
-                out["accuracy"] = sums[:, 1] / self.counts
+                out["accuracy"] = sums.sums[:, 1] / self.counts
             if personal:
-                tuned = host[2 * self.total:].reshape(n, 2)
-                out["finetuned_loss"] = tuned[:, 0] / self.counts
+                out["finetuned_loss"] = tuned_sums[:, 0] / self.counts
                 if self.classification:
-                    out["finetuned_accuracy"] = tuned[:, 1] / self.counts
+                    out["finetuned_accuracy"] = tuned_sums[:, 1] / self.counts
         return out
 
     def _finetuned(self, model: FlatModel, loss_fn: LossFn, x: Tensor, t: int, block: ClientBlock, strategy: str,
@@ -126,6 +151,10 @@ class ClientEval:
         rows_all = self.owned_ids - block.first  # block rows of the owned clients
         for group in range(0, len(rows_all), FINETUNE_GROUP):
             rows = rows_all[group:group + FINETUNE_GROUP]
+            counts = self.counts[self.owned[group:group + FINETUNE_GROUP]]
+            offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            own_x, own_y = self.source.load_test(self.owned_ids[group:group + FINETUNE_GROUP])
+            own_x, own_y = _to_device(own_x, x.device, self.dtype), _to_device(own_y, x.device, self.dtype)
             local = x.expand(len(rows), -1)
             if steps > 0:
                 batches = block.batches(rows, cfg.run.seed, FINETUNE_ROUNDS + t, cfg.local.batch_size, steps, None,
@@ -135,10 +164,38 @@ class ClientEval:
                 local = run_local(LocalPlan(start=local), oracle, batches.sizes > 0, local_lr(cfg.local, t), cfg.local,
                                   group_size=group_size).x_end
             for j in range(len(rows)):
-                c = group + j
-                a, b = self.own_offsets[c], self.own_offsets[c + 1]
+                a, b = offsets[j], offsets[j + 1]
                 if a < b:
-                    res = evaluate_examples(model, loss_fn, local[j], self.own_x[a:b], self.own_y[a:b],
-                                            cfg.eval.batch_size, self.classification)
-                    out[c] = res.to(torch.float64).sum(dim=0)
+                    res = evaluate_examples(model, loss_fn, local[j], own_x[a:b], own_y[a:b], cfg.eval.batch_size,
+                                            self.classification)
+                    out[group + j] = res.to(torch.float64).sum(dim=0)
         return out
+
+
+class Sums:
+    """Rank 0's per-client sums of the per-example (loss, correct) results, fed a window at a time.
+
+    A client's sum is taken once all its examples are in, over its examples in order as one contiguous
+    ``[m_i, 2]`` block (``numpy.add.reduceat``, as over the whole sequence at once): the examples of a client
+    cut by a window's end wait for the next window."""
+
+    def __init__(self, counts: np.ndarray) -> None:
+        self.counts, self.ends = counts, np.cumsum(counts)
+        self.sums = np.zeros((len(counts), 2))
+        self.pending = np.zeros((0, 2))  # the examples of the clients not yet complete
+        self.start = 0  # the example index of pending[0]
+        self.done = 0  # clients summed so far
+
+    def add(self, window: np.ndarray, end: int) -> None:
+        """The per-example results of the examples up to ``end`` (after those fed before)."""
+        rows = np.concatenate([self.pending, window]) if len(self.pending) else window
+        upto = int(np.searchsorted(self.ends, end, side="right"))  # clients [done, upto) are complete now
+        if upto > self.done:
+            stop = int(self.ends[upto - 1]) - self.start
+            clients = np.arange(self.done, upto)
+            tested = clients[self.counts[clients] > 0]
+            if len(tested):  # the tested clients' segments tile rows[:stop]
+                starts = self.ends[tested] - self.counts[tested] - self.start
+                self.sums[tested] = np.add.reduceat(rows[:stop], starts, axis=0)
+            rows, self.start, self.done = rows[stop:], self.start + stop, upto
+        self.pending = rows.copy()

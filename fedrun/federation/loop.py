@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import resource
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ import torch
 from fedrun.checkpoint import list_checkpoints
 from fedrun.checkpoint.files import remove_stale_temporaries
 from fedrun.config import Config
-from fedrun.errors import CheckpointError, ConfigError, RunInterrupted, on_every_rank, writing
+from fedrun.errors import CheckpointError, ConfigError, RunInterrupted, argument, on_every_rank, writing
 from fedrun.federation import resume as resume_policy
 from fedrun.federation import snapshot
 from fedrun.federation.build import RunState, Setup, build
@@ -36,7 +37,7 @@ from fedrun.metrics.mlflow import MlflowLog
 from fedrun.metrics.per_client import ClientMetricsFile
 from fedrun.metrics.tensorboard import TensorBoardLog
 from fedrun.runtime.provenance import provenance
-from fedrun.runtime.signals import StopSignals
+from fedrun.runtime.signals import StopSignals, shown
 from fedrun.runtime.world import World
 from fedrun.training.flat_model import module_at
 
@@ -117,19 +118,32 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     clients = ClientMetricsFile(root_dir, setup.client_eval.ids, setup.client_eval.counts,
                                 resumed) if setup.client_eval else None
     board = TensorBoardLog(root_dir if cfg.metrics.tensorboard else None, state.next_round + 1)
+    if signals is not None:
+        signals.starting = False  # from here on a stop signal finishes a round and writes a checkpoint
     if tracker is not None:
         tracker.log_provenance(runtime.data["provenance"], resume_policy.flatten(runtime.data["provenance"]))
     if world.is_root and progress:
         timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
         print(f"fedrun: local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
         print(f"fedrun: client state {setup.store_choice}", flush=True)
+        if setup.privacy is not None:
+            print(f"fedrun: {setup.privacy.describe()}", flush=True)
     bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
     every = cfg.checkpoint.every
     halted, first = False, state.next_round
+    saved = first  # the rounds done at the newest checkpoint (a resumed run starts at one)
     with signals or StopSignals() as signals:
         try:
             for t in range(state.next_round, cfg.run.rounds):
-                entry = run_round(setup, state, t, stop_requested=signals.requested)
+                over = setup.privacy.over_budget(t) if setup.privacy is not None else None
+                if over is not None:  # the same decision on every rank (the accountant's state is replicated)
+                    if run_dir is not None and saved != t:
+                        path = snapshot.save(setup, state)
+                        runtime.checkpoint_written(t, path, 0.0)
+                    if world.is_root:
+                        shown(signals, print, f"fedrun: {over}", flush=True)
+                    break
+                entry = run_round(setup, state, t, stop_requested=lambda: signals.requested)
                 arrays = entry.pop(CLIENT_ARRAYS, None)
                 if world.is_root:
                     state.metrics.append(entry)
@@ -140,19 +154,26 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
                     if tracker is not None:
                         tracker.write(entry, arrays)
                     if bar is not None:
-                        bar.update(entry)
+                        shown(signals, bar.update, entry)
                 if callback is not None:  # rank 0 asks it, every rank learns the answer
                     halted = world.broadcast_object(bool(callback(dict(entry))) if world.is_root else None)
                 stop = setup.exchange.stop_code() == STOP_SIGNAL
                 last = t + 1 == cfg.run.rounds
                 if run_dir is not None and (stop or halted or last or (every > 0 and (t + 1) % every == 0)):
                     started = time.perf_counter()
-                    path = snapshot.save(setup, state)
+                    with SlowWriteNotice(t + 1, world.is_root and progress, signals):
+                        path = snapshot.save(setup, state)
+                    saved = t + 1
                     runtime.checkpoint_written(t + 1, path, time.perf_counter() - started)
                     if stop:
-                        raise RunInterrupted(f"stopped by a signal after round {t + 1}; checkpoint {path}; "
-                                             "resume with --resume auto")
+                        raise RunInterrupted(f"stopped by {signals.signal_name or 'a stop request'} after round "
+                                             f"{t + 1}; checkpoint {path}; resume with {argument('resume', 'auto')}")
                 if halted:
+                    if world.is_root:
+                        kept = f"checkpoint {path}; resume with {argument('resume', 'auto')}" if run_dir else \
+                            "no run directory, nothing written"
+                        shown(signals, print, f"fedrun: the callback stopped the run after round {t + 1} ({kept})",
+                              flush=True)
                     break
         except KeyboardInterrupt:  # Ctrl-C twice: no new checkpoint, and no half-written one left behind
             if run_dir is not None and world.is_root:
@@ -165,6 +186,40 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     runtime.finish()
     return _result(setup, state, cfg, rounds_run=state.next_round - first,
                    stopped=state.next_round < cfg.run.rounds)  # by the callback
+
+
+class SlowWriteNotice:
+    """Around a checkpoint write on rank 0 with progress lines: if it is not done after ``AFTER_S`` seconds, a
+    line says that it is being written, and when it is done, how long it took (a large in-memory state can
+    take half a minute; the run should not look hung)."""
+
+    AFTER_S = 3.0
+
+    def __init__(self, next_round: int, enabled: bool, signals: StopSignals) -> None:
+        self.next_round, self.enabled, self.signals = next_round, enabled, signals
+        self.fired = threading.Event()
+        self.timer: threading.Timer | None = None
+
+    def _notice(self) -> None:
+        self.fired.set()
+        shown(self.signals, print, f"fedrun: writing the checkpoint after round {self.next_round} (started "
+                                   f"{self.AFTER_S:g} s ago) ...", flush=True)
+
+    def __enter__(self) -> SlowWriteNotice:
+        self.started = time.perf_counter()
+        if self.enabled:
+            self.timer = threading.Timer(self.AFTER_S, self._notice)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.fired.is_set() and exc[0] is None:
+            seconds = time.perf_counter() - self.started
+            shown(self.signals, print, f"fedrun: checkpoint after round {self.next_round} written in {seconds:.1f} s",
+                  flush=True)
 
 
 def _result(setup: Setup, state: RunState, cfg: Config, rounds_run: int, stopped: bool = False) -> RunResult:
@@ -193,7 +248,7 @@ def start_point(cfg: Config, world: World, run_dir: Path | None, resume: str | N
         if resume is None:
             if run_dir is not None and list_checkpoints(run_dir):
                 raise ConfigError(f"run.dir={run_dir}: holds checkpoints of an earlier run; resume it with "
-                                  "--resume auto or choose another run.dir")
+                                  f"{argument('resume', 'auto')} or choose another run.dir")
             return None, []
         found = snapshot.locate(run_dir, resume)
         if found is None:

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fedrun.errors import ConfigError
+from fedrun.errors import ConfigError, argument
 
 HISTORY = "config_history.jsonl"
 
@@ -82,13 +82,14 @@ def check(old: dict[str, Any], new: dict[str, Any], accepted: tuple[str, ...], c
     known = set(flatten(old)) | set(flatten(new))
     for key in accepted:
         if key not in known:
-            raise ConfigError(f"--accept-changes: {key!r} is not a config key (expected section.key, e.g. local.lr)")
+            raise ConfigError(f"{argument('accept_changes')}: {key!r} is not a config key (expected section.key, "
+                              "e.g. local.lr)")
     refused = [c for c in changes if not changeable(c.key) and c.key not in accepted]
     if refused:
-        keys = ",".join(c.key for c in refused)
-        raise ConfigError(f"--resume: checkpoint {checkpoint} was written with other settings that define the "
-                          f"trajectory: {'; '.join(map(str, refused))}; resume with the checkpoint's values, or "
-                          f"accept the change with --accept-changes {keys}")
+        keys = tuple(c.key for c in refused)
+        raise ConfigError(f"{argument('resume')}: checkpoint {checkpoint} was written with other settings that "
+                          f"define the trajectory: {'; '.join(map(str, refused))}; resume with the checkpoint's "
+                          f"values, or accept the change with {argument('accept_changes', keys)}")
     return changes
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,9 +41,11 @@ from fedrun.training.schedule import local_lr
 CLIENT_ARRAYS = "_client_arrays"  # entry key of the per-client arrays of an evaluation (the loop takes them out)
 
 
-def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = False) -> dict[str, Any]:
+def run_round(setup: Setup, state: RunState, t: int, stop_requested: Callable[[], bool] = lambda: False,
+              ) -> dict[str, Any]:
     """Run round t (collective over all ranks), advance ``state`` and return the round's metrics record;
-    ``stop_requested``: this rank received a stop signal (the run stops after the round on every rank)."""
+    ``stop_requested()``: this rank received a stop signal, asked when the round's reduce is packed (a
+    signal during local training stops the run after this round, on every rank)."""
     cfg, world, schedule, placement = setup.cfg, setup.world, state.schedule, setup.placement
     wall = time.perf_counter()
     # 1. the schedule's step, identical on every rank
@@ -68,7 +71,13 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
         store_state(setup, state, rows, new_state, bad)
     # 5. one reduce, the server rule on rank 0, one broadcast
     label = f"{schedule.step_name} {t + 1}"  # user-visible numbers count from 1
-    outcome = setup.exchange.step(label, ctx, uplink, state.server, setup.algorithm.server_update)
+    rule, privacy = setup.algorithm.server_update, setup.privacy
+    if privacy is not None:  # the server rule sees the noised sum (docs/privacy.md); the algorithm never knows
+        privacy.before_exchange()
+        rule = privacy.server_rule(rule, schedule.probabilities(t))
+    outcome = setup.exchange.step(label, ctx, uplink, state.server, rule)
+    if privacy is not None:
+        privacy.after_exchange()
     state.server = outcome.server
     arrived = np.zeros(setup.num_clients, dtype=bool)
     arrived[step.consume] = True
@@ -88,6 +97,8 @@ def run_round(setup: Setup, state: RunState, t: int, stop_requested: bool = Fals
                              "local_lr": lr, **delays}
     if skip:
         entry["dropped_clients"] = dropped
+    if privacy is not None:
+        entry.update(privacy.record(t, step.consume))
     entry.update(schedule.end(t, step, down["x"]))
     if eval_due(cfg, t):
         entry.update(evaluate(setup, outcome.down_next["x"]))
@@ -111,21 +122,21 @@ def context(setup: Setup, t: int, lr: float, num_active: int, staleness: np.ndar
                         max_staleness=int(staleness.max()) if staleness is not None and len(staleness) else 0)
 
 
-def consume(setup: Setup, state: RunState, step: Step, consumed: np.ndarray, stop_requested: bool,
-            ) -> tuple[Uplink, np.ndarray]:
+def consume(setup: Setup, state: RunState, step: Step, consumed: np.ndarray,
+            stop_requested: Callable[[], bool]) -> tuple[Uplink, np.ndarray]:
     """This rank's part of the step's reduce: the uploads of its consumed clients (block rows ``consumed``),
     released by the schedule, to be summed exactly by the exchange (without the non-finite ones under
     ``run.skip_nonfinite_clients``, zeroed otherwise), and a bool mask of the clients whose upload was finite."""
     first = setup.placement.first
     if not len(consumed):
-        return Uplink(stop_requested=stop_requested), np.ones(0, dtype=bool)
+        return Uplink(stop_requested=stop_requested()), np.ones(0, dtype=bool)
     up = state.schedule.release(state.clients, rows_index(setup, consumed))
     loss = up.pop("loss")
     uploads, losses, kept = finite_uploads(up, loss, setup.cfg.run.skip_nonfinite_clients)
     bad = consumed[~kept] + first
     slots = np.searchsorted(step.consume, consumed + first)  # rows of gathered uploads, client-id order
     return Uplink(uploads, losses, slots, nonfinite=len(bad), bad_client=int(bad.min()) if len(bad) else -1,
-                  stop_requested=stop_requested), kept
+                  stop_requested=stop_requested()), kept
 
 
 def store_state(setup: Setup, state: RunState, rows: np.ndarray, new_state: dict[str, Tensor],
@@ -188,6 +199,8 @@ def train_clients(setup: Setup, state: RunState, rows: np.ndarray, start: dict[s
     up, new_state = algorithm.client_finish(down, client_state, local, clients, ctx)
     if setup.corruption is not None:  # the runtime corrupts the chosen clients' deltas; the algorithm never knows
         up = setup.corruption.apply(up, rows + block.first, t)
+    if setup.privacy is not None:  # clipped (and noised, in local mode) before they leave the clients
+        up = setup.privacy.client_uploads(up, rows + block.first, t)
     return up, local.loss, new_state
 
 

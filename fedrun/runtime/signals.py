@@ -1,5 +1,5 @@
-"""SIGTERM / SIGUSR1 (what Slurm sends before a time limit or on preemption) and SIGINT (Ctrl-C) as a stop
-request.
+"""SIGTERM / SIGUSR1 (what Slurm sends before a time limit or on preemption), SIGHUP (a closed terminal,
+``timeout -s HUP``) and SIGINT (Ctrl-C) as a stop request; so is a closed stdout (``fedrun train ... | head``).
 
 The handler only sets a flag. The round loop carries every rank's flag to rank 0 inside the round's
 reduce and the decision back inside the broadcast, so all ranks finish the same round, write one
@@ -17,9 +17,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+from fedrun.errors import StartupInterrupted
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
 SECOND_CTRL_C_S = 0.5  # a SIGINT this soon after the first is the same Ctrl-C delivered twice
 
 
@@ -28,8 +31,9 @@ class StopSignals:
     :class:`KeyboardInterrupt`. With ``announce`` (rank 0 of a command line run) the first SIGINT is
     acknowledged at once on stdout, so that a user at the terminal knows the round is being finished."""
 
-    def __init__(self, announce: bool = False) -> None:
+    def __init__(self, announce: bool = False, starting: bool = False) -> None:
         self.announce = announce
+        self.starting = starting  # before round 1: a stop signal raises StartupInterrupted at once
         self.requested = False
         self.signal_name = ""
         self._first_sigint: float | None = None  # time.monotonic() of the first SIGINT
@@ -37,6 +41,11 @@ class StopSignals:
         self._depth = 0  # re-entrant: the CLI installs the handlers early, the round loop enters again
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.starting:
+            self.starting = False  # raised once; a repeated signal finds the flag set
+            self.requested, self.signal_name = True, signal.Signals(signum).name
+            raise StartupInterrupted(f"stopped by {self.signal_name} during start-up, before round 1; nothing was "
+                                     "written (run it again to start)")
         if signum == signal.SIGINT:
             now = time.monotonic()
             if self._first_sigint is not None:
@@ -53,6 +62,17 @@ class StopSignals:
         self.requested = True
         self.signal_name = signal.Signals(signum).name
 
+    def request(self, reason: str) -> None:
+        """A stop request that is not a signal (``reason``, e.g. "a closed stdout"): stop after the round."""
+        if not self.requested:
+            self.requested, self.signal_name = True, reason
+
+    def reinstall(self) -> None:
+        """Install the handlers again (after MPI's initialisation, which may have taken SIGHUP for itself)."""
+        if self._depth and threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, self._handle)
+
     def __enter__(self) -> StopSignals:
         self._depth += 1
         if self._depth == 1 and threading.current_thread() is threading.main_thread():
@@ -66,3 +86,17 @@ class StopSignals:
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
             self._previous.clear()
+
+
+def shown(signals: StopSignals, show: Callable[..., object], *args: object, **kwargs: object) -> None:
+    """Run ``show(*args, **kwargs)`` (a print to stdout); if stdout is closed (its reader went away:
+    ``fedrun train ... | head -4``), point it at /dev/null and make that a stop request, so the run finishes
+    the round, writes a checkpoint and exits 75 instead of ending on the next print with its rounds lost."""
+    try:
+        show(*args, **kwargs)
+    except (BrokenPipeError, ValueError):  # ValueError: a closed sys.stdout
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        signals.request("a closed stdout")
