@@ -11,6 +11,9 @@ against the adaptive server optimizers, with the FedSUM paper's MNIST CNN, ten r
     python experiments/fmnist.py fedsum      # 9 algorithms at FedAvg's eta_0 (the paper's protocol)
     python experiments/fmnist.py ablation    # FedAdamom's beta2
     python experiments/fmnist.py paper       # FedSUM, FedSUM-CR, MIFA, FedAvg at the paper's settings (N = 100)
+    python experiments/fmnist.py case2p_constant  # Case 2 over p at Fig. 10's constant rates (eta_l = 0.01)
+    python experiments/fmnist.py family128   # FedSUM-B, FedSUM, FedSUM-CR at H.5's batch 128, constant eta_l = 0.1
+    python experiments/fmnist.py probe       # the reconstruction probe: FedSUM's server step read other ways
     python experiments/fmnist.py diagnose    # why FedSUM trails: its y against the true gradient
     python experiments/fmnist.py flatness    # FedAdamom's flatness claim: sharpness of the trained models
     python experiments/fmnist.py report      # tables, plots, claims from the summaries; fills docs/results.md
@@ -35,14 +38,17 @@ from fmnist_runs import (
     ALPHAS,
     CHOOSE_AT,
     ablation_specs,
+    case2p_constant_specs,
     case2p_specs,
     case_specs,
     fadamgc_specs,
+    family128_specs,
     fedadamom_specs,
     fedsum_specs,
     grid_specs,
     load,
     paper_specs,
+    probe_specs,
     run_all,
     tune_specs,
     tuned_specs,
@@ -60,6 +66,9 @@ STEPS = {
     "fadamgc": (fadamgc_specs, lambda: fadamgc_specs(True)),
     "ablation": (ablation_specs,),
     "paper": (paper_specs,),
+    "case2p_constant": (case2p_constant_specs,),
+    "family128": (family128_specs,),
+    "probe": (tune_specs, probe_specs),
 }
 
 

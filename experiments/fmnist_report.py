@@ -11,8 +11,12 @@ participation draws, minibatches and dropout. A cell "Δ a − b" reads "mean (9
 wins/n"; summary.json holds every comparison with its per-seed differences and a seeded percentile
 bootstrap interval beside the t-interval. A run that diverged counts as chance accuracy (10%, ten
 classes) in every accuracy comparison, and has no f(x) or test loss: its seed drops out of those
-comparisons. A section whose runs are not all finished prints "pending: k of n runs finished" and no
-numbers; its claims get no verdict.
+comparisons; a run that stayed finite but ended at chance is flagged "collapsed" beside the mean. A
+section whose runs are not all finished prints "pending: k of n runs finished" and no numbers.
+
+The verdicts are not made here: ``report`` evaluates the claims of experiments/fmnist_claims.py
+(experiments/claims.py), writes them to docs/results/claims.json, and renders the page's verdict tables
+from that file.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import claims
 import numpy as np
 import yaml
+from fmnist_claims import page_claims
 from fmnist_runs import (
     ADAM_LR_GRID,
     ALPHAS,
@@ -40,6 +46,8 @@ from fmnist_runs import (
     PAPER_ALGORITHMS,
     PAPER_BASE,
     PATTERNS,
+    PROBE_ARMS,
+    PROBE_PATTERNS,
     REPO,
     SEEDS,
     TUNE_SEEDS,
@@ -53,13 +61,14 @@ from fmnist_runs import (
     fedsum_specs,
     load,
     paper_specs,
+    probe_specs,
     run_all,
     shared_lr,
     spec,
     tune_specs,
     tuned_lrs,
 )
-from stats import DOES_NOT, REPRODUCES, Paired, paired
+from stats import Paired, paired
 
 PAGE = REPO / "docs" / "results.md"
 FLATNESS = OUT / "flatness"
@@ -106,6 +115,16 @@ def ms(values, scale: float = 1.0, digits: int = 2) -> str:
     return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}{note}"
 
 
+def acc_cell(runs: dict[int, dict], digits: int = 1) -> str:
+    """Mean ± std of the final test accuracy (%), with the runs that diverged (counted as chance) and those
+    that collapsed to chance with a finite model (``claims.collapsed``) flagged and counted."""
+    cell = ms(values(runs, "test_accuracy").values(), 100, digits)
+    flags = [f"{n} {word}" for n, word in ((sum(not r["finite"] for r in runs.values()), "diverged"),
+                                           (sum(claims.collapsed(r) for r in runs.values()), "collapsed"))
+             if n]
+    return cell + (f" ⚠ {', '.join(flags)}" if flags else "")
+
+
 def delta(p: Paired, scale: float = 1.0, digits: int = 2) -> str:
     """One comparison as a cell: mean (95% interval), Wilcoxon p, wins/n."""
     if p.n == 0:
@@ -148,64 +167,6 @@ def choose(make: Callable[[], list[dict]], grid: list[dict]) -> tuple[list[dict]
         return [], (pending(grid) or "pending") + " (the tuning grid)"
 
 
-# ------------------------------------------------------------------------------------------- claims
-
-
-@dataclass
-class Claim:
-    """A paper's claim "a is better than b" over one or more comparisons (all must hold)."""
-
-    text: str
-    where: str
-    comparisons: dict[str, Paired] = field(default_factory=dict)
-    key: str = "test_accuracy"
-    status: str | None = None  # a pending line: no verdict
-    keys: dict[str, str] = field(default_factory=dict)  # a comparison's own key where it is not ``key``
-
-    def verdict(self) -> str:
-        """reproduces: every interval excludes 0 on the claimed side; does not reproduce: one excludes it
-        on the other side; otherwise inconclusive."""
-        if self.status:
-            return self.status
-        words = [p.verdict() for p in self.comparisons.values()]
-        if DOES_NOT in words:
-            return DOES_NOT
-        if all(w == REPRODUCES for w in words):
-            return REPRODUCES
-        return f"inconclusive at {min(p.n for p in self.comparisons.values())} seeds"
-
-    def deciding(self) -> tuple[str, Paired] | None:
-        """The comparison that decides the verdict: where it does not reproduce, the one whose interval lies
-        furthest on the wrong side; otherwise the one whose interval reaches furthest towards it."""
-        if self.status or not self.comparisons:
-            return None
-
-        def bounds(p: Paired) -> tuple[float, float]:  # the interval in "a better" units
-            if not np.all(np.isfinite(p.ci)):  # fewer than 2 seeds: no interval, the weakest
-                return -np.inf, np.inf
-            lo, hi = sorted(p.better * v for v in p.ci)
-            return lo, hi
-
-        if self.verdict() == DOES_NOT:
-            return min(self.comparisons.items(), key=lambda kv: bounds(kv[1])[1])
-        return min(self.comparisons.items(), key=lambda kv: bounds(kv[1])[0])
-
-    def scale(self, name: str) -> tuple[float, int]:
-        return SCALE.get(self.keys.get(name, self.key), (1, 3))
-
-
-def claims_table(claims: list[Claim]) -> str:
-    lines = ["| paper's claim | verdict | deciding comparison: Δ (95% interval), Wilcoxon p, wins | comparisons "
-             "that reproduce | where |", "|---|---|---|---|---|"]
-    for c in claims:
-        d = c.deciding()
-        cell = "–" if d is None else f"{d[0]}: {delta(d[1], *c.scale(d[0]))}"
-        share = "–" if d is None else (f"{sum(p.verdict() == REPRODUCES for p in c.comparisons.values())} of "
-                                       f"{len(c.comparisons)}")
-        lines.append(f"| {c.text} | **{c.verdict()}** | {cell} | {share} | {c.where} |")
-    return "\n".join(lines) + "\n"
-
-
 # ----------------------------------------------------------------------------------- comparison tables
 
 
@@ -219,7 +180,8 @@ def comparison_table(rows: dict[str, dict[int, dict]], refs: list[str], keys=("t
     data: dict = {}
     for label, runs in rows.items():
         cells = [label] + ([extra[label]] if extra else [])
-        cells += [ms(values(runs, k).values(), *SCALE[k]) for k in ("test_accuracy", "test_loss", "train_objective")]
+        cells += [acc_cell(runs, SCALE["test_accuracy"][1])]
+        cells += [ms(values(runs, k).values(), *SCALE[k]) for k in ("test_loss", "train_objective")]
         data[label] = {k: values(runs, k) for k in ("test_accuracy", "test_loss", "train_objective")}
         for r in refs:
             for k in keys:
@@ -244,7 +206,6 @@ def family(rows: dict[str, dict[int, dict]], a: str, others, key: str = "test_ac
 class Report:
     blocks: dict[str, str] = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
-    claims: list[Claim] = field(default_factory=list)
 
 
 def tuning(rep: Report) -> None:
@@ -316,13 +277,8 @@ def fedsum_section(rep: Report, name: str) -> dict | None:
 
     specs, status = choose(tuned_specs if name == "tuned" else fedsum_specs, tune_specs())
     status = status or pending(specs)
-    patterns = [p.upper() for p in PATTERNS]
     if status:
         rep.blocks[f"fedsum_{name}"] = status + "\n"
-        if name == "tuned":
-            for p in patterns:
-                rep.claims += [Claim(f"FedSUM (Fig. 1a), {p}: FedSUM and FedSUM-CR beat every baseline at round 100",
-                                     "[FedSUM](#the-fedsum-comparison)", status=status)]
         return None
     rows = fedsum_rows(specs)
     lrs = {label: str(next(float(o.split("=")[1]) for o in s["overrides"] if o.startswith("local.lr=")))
@@ -334,23 +290,7 @@ def fedsum_section(rep: Report, name: str) -> dict | None:
     rep.summary[f"fedsum_{name}"] = data
     rep.blocks[f"fedsum_{name}"] = "\n".join(parts)
     plot_fedsum(rows, OUT / f"fedsum_{name}.png", "each at its own η0" if name == "tuned" else "shared η0")
-    if name == "tuned":
-        where = "[FedSUM](#the-fedsum-comparison)"
-        for p in PATTERNS:
-            r, P = rows[p], p.upper()
-            rep.claims += [
-                Claim(f"FedSUM (Fig. 1a), {P}: FedSUM and FedSUM-CR beat every baseline at round 100", where,
-                      {**family(r, "FedSUM", BASELINES), **family(r, "FedSUM-CR", BASELINES)}),
-                Claim(f"FedSUM (Fig. 1a), {P}: ... and are ahead at the first evaluation (round 25), i.e. faster",
-                      where, {**family(r, "FedSUM", BASELINES, "first_accuracy"),
-                              **family(r, "FedSUM-CR", BASELINES, "first_accuracy")}, key="first_accuracy"),
-                Claim(f"FedSUM, {P}: FedSUM-CR at least as good as FedSUM", where,
-                      family(r, "FedSUM-CR", ["FedSUM"])),
-                Claim(f"FedSUM H.5, {P}: FedSUM-B at least as good as FedSUM", where,
-                      family(r, "FedSUM-B", ["FedSUM"])),
-            ]
-        return rows
-    return None
+    return rows if name == "tuned" else None
 
 
 def total_floats(r: dict) -> np.ndarray:
@@ -373,8 +313,6 @@ def budget_section(rep: Report, rows: dict | None) -> None:
     """Test accuracy at FedAvg's 100-round budget of floats (same seed), each algorithm at its own η0."""
     if rows is None:
         rep.blocks["budget"] = rep.blocks["fedsum_tuned"]
-        rep.claims.append(Claim("FedSUM (Fig. 1b): FedSUM-CR is the most accurate per communicated float", "same",
-                                status=rep.blocks["fedsum_tuned"].strip()))
         return
     head = ["algorithm", "up / down floats per active client per round (d = 21,840)"]
     for p in PATTERNS:
@@ -406,22 +344,14 @@ def budget_section(rep: Report, rows: dict | None) -> None:
         lines.append("| " + " | ".join(cells) + " |")
     rep.blocks["budget"] = "\n".join(lines) + "\n"
     rep.summary["budget_accuracy"] = at
-    for p in PATTERNS:
-        rep.claims.append(Claim(f"FedSUM (Fig. 1b), {p.upper()}: FedSUM-CR is the most accurate per communicated "
-                                "float (accuracy at FedAvg's budget, interpolated between evaluations)", "same",
-                                {k: v for k, v in comps.items() if k.startswith(p.upper())}, key="budget_accuracy"))
 
 
 def cases_section(rep: Report) -> None:
-    where = "[cases](#participation-cases-1-4-biased-sampling-and-case-2-over-p)"
     specs, status = choose(case_specs, tune_specs())
     status = status or pending(specs)
     ours, other = CASE_ALGORITHMS
     if status:
         rep.blocks["cases"] = status + "\n"
-        rep.claims += [Claim(f"FedSUM H.4 (Fig. 9): {ours} ahead of {other} under each of Cases 1-4", where,
-                             status=status),
-                       Claim("FedSUM H.8: biased sampling does not affect FedSUM", where, status=status)]
     else:
         runs = collect(specs, key=lambda s: (s["group"].split("/")[1], s["label"]))
         lines = [f"| case | {ours} acc. (%) | {other} acc. (%) | Δ acc. (pp) {ours} − {other} | {ours} f(x) | "
@@ -431,8 +361,7 @@ def cases_section(rep: Report) -> None:
             a, b = runs[(case.replace(" ", ""), ours)], runs[(case.replace(" ", ""), other)]
             pa, pf = compare(a, b, "test_accuracy"), compare(a, b, "train_objective")
             comps[case] = pa
-            lines.append(f"| {case} | {ms(values(a, 'test_accuracy').values(), 100, 1)} | "
-                         f"{ms(values(b, 'test_accuracy').values(), 100, 1)} | {delta(pa, 100, 1)} | "
+            lines.append(f"| {case} | {acc_cell(a)} | {acc_cell(b)} | {delta(pa, 100, 1)} | "
                          f"{ms(values(a, 'train_objective').values(), 1, 3)} | "
                          f"{ms(values(b, 'train_objective').values(), 1, 3)} | {delta(pf, 1, 3)} |")
             data[case] = {"acc": pa.as_dict(), "f(x)": pf.as_dict()}
@@ -442,19 +371,10 @@ def cases_section(rep: Report) -> None:
         data["biased - case1"] = biased.as_dict()
         rep.summary["cases"] = data
         rep.blocks["cases"] = "\n".join(lines) + "\n"
-        rep.claims += [
-            Claim(f"FedSUM H.4 (Fig. 9): {ours} ahead of {other} under each of Cases 1-4", where,
-                  {f"{case}: {ours} − {other}": comps[case] for case in ("Case 1", "Case 2", "Case 3", "Case 4")}),
-            Claim(f"FedSUM H.8: under biased sampling {ours} ahead of {other}", where,
-                  {f"biased: {ours} − {other}": comps["Biased"]}),
-            Claim(f"FedSUM H.8: biased sampling does not lower {ours}'s accuracy (biased − Case 1; no drop "
-                  "can only be contradicted, not shown)", where, {"biased − Case 1": biased}),
-        ]
     specs, status = choose(case2p_specs, tune_specs())
     status = status or pending(specs)
     if status:
         rep.blocks["case2p"] = status + "\n"
-        rep.claims.append(Claim("FedSUM H.4 (Fig. 10): under Case 2, larger p performs better", where, status=status))
         return
     sweep = collect(specs, key=lambda s: s["label"])
     lines = ["| p | mean active clients per round | test acc. (%) | f(x) | Δ acc. (pp) against the next smaller p | "
@@ -471,23 +391,18 @@ def cases_section(rep: Report) -> None:
             acc_steps[f"p = {p} − {previous}"], obj_steps[f"p = {p} − {previous}"] = pa, pf
             cells = [delta(pa, 100, 1), delta(pf, 1, 3)]
             data[f"{p} - {previous}"] = {"acc": pa.as_dict(), "f(x)": pf.as_dict()}
-        lines.append(f"| {p} | {active:.1f} | {ms(values(rs, 'test_accuracy').values(), 100, 1)} | "
+        lines.append(f"| {p} | {active:.1f} | {acc_cell(rs)} | "
                      f"{ms(values(rs, 'train_objective').values(), 1, 3)} | " + " | ".join(cells) + " |")
         previous = p
     rep.summary["case2p"] = data
     rep.blocks["case2p"] = "\n".join(lines) + "\n"
-    rep.claims += [Claim("FedSUM H.4 (Fig. 10): under Case 2, every larger p gives higher accuracy", where, acc_steps),
-                   Claim("FedSUM H.4 (Fig. 10): under Case 2, every larger p gives lower f(x)", where, obj_steps,
-                         key="train_objective")]
 
 
 def fadamgc_section(rep: Report, tuned: dict | None) -> None:
-    where = "[FAdamGC](#fadamgc-against-local-adam-without-correction)"
     specs = fadamgc_specs(choose=True)
     status = pending(fadamgc_specs()) or pending(specs) or (None if tuned else rep.blocks["fedsum_tuned"].strip())
     if status:
         rep.blocks["fadamgc"] = status + "\n"
-        rep.claims.append(Claim("FAdamGC: the tracking correction beats local Adam without it", where, status=status))
         return
     rows = {label.split(" lr=")[0]: runs for label, runs in collect(specs, key=lambda s: s["label"]).items()}
     lrs = {label: s["label"].split("=")[1] for s in specs for label in [s["label"].split(" lr=")[0]]}
@@ -496,20 +411,14 @@ def fadamgc_section(rep: Report, tuned: dict | None) -> None:
     text, data = comparison_table(rows, ["FAdamGC"], extra=lrs, extra_name="lr (η0)")
     rep.summary["fadamgc"] = data
     rep.blocks["fadamgc"] = text
-    rep.claims.append(Claim("FAdamGC: the tracking correction beats local Adam without it", where,
-                            family(rows, "FAdamGC", ["Local Adam"])))
 
 
 def fedadamom_section(rep: Report) -> None:
-    where = "[FedAdamom](#the-fedadamom-comparison)"
     for alpha in ALPHAS:
         specs = fedadamom_specs(True, (alpha,))
         status = pending(fedadamom_specs()) or pending(specs)
-        text = (f"FedAdamom beats FedAdam, FedYogi, FedAdagrad, FedAvgM, FADAS, FedCAda, FAFED (and FedAvg), "
-                f"Dirichlet {alpha}")
         if status:
             rep.blocks[f"fedadamom_{alpha}"] = status + "\n"
-            rep.claims.append(Claim(text, where, status=status))
             continue
         rows = {label.split(" ")[0]: runs for label, runs in collect(specs, key=lambda s: s["label"]).items()}
         rows = dict(sorted(rows.items(), key=lambda kv: -np.mean(list(values(kv[1], "test_accuracy").values()))))
@@ -517,28 +426,22 @@ def fedadamom_section(rep: Report) -> None:
         table, data = comparison_table(rows, ["FedAdamom"], extra=chosen, extra_name="chosen value")
         rep.summary[f"fedadamom_{alpha}"] = data
         rep.blocks[f"fedadamom_{alpha}"] = table
-        rep.claims.append(Claim(text, where, family(rows, "FedAdamom", list(rows))))
         if alpha == ALPHAS[0]:
             plot_fedadamom(OUT / "fedadamom.png")
     specs = ablation_specs()
     status = pending(specs)
     if status:
         rep.blocks["beta2"] = status + "\n"
-        rep.claims.append(Claim("FedAdamom: β2 = 0.05 is best", where, status=status))
         return
     rows = {f"β2 = {label.split('=')[1]}": runs for label, runs in collect(specs, key=lambda s: s["label"]).items()}
     table, data = comparison_table(rows, ["β2 = 0.05"])
     rep.summary["beta2"] = data
     rep.blocks["beta2"] = table
-    rep.claims.append(Claim("FedAdamom: β2 = 0.05 is best (at least as accurate as every other β2)", where,
-                            family(rows, "β2 = 0.05", list(rows))))
 
 
 def flatness_section(rep: Report) -> None:
     """Top Hessian eigenvalue, loss increase at each rho and test accuracy of the FedAdamom comparison's final
     models, and FedAdamom − each other method, seed-paired."""
-    where = "[flatness](#flatter-minima-fedadamom-against-the-other-servers)"
-    text = "FedAdamom: momentum plus adaptivity find flatter minima (lower top eigenvalue) that generalize better"
     rows: dict[str, dict[int, dict]] = {}
     for path in sorted(FLATNESS.glob("**/*.json")) if FLATNESS.is_dir() else []:
         r = json.loads(path.read_text())
@@ -547,7 +450,6 @@ def flatness_section(rep: Report) -> None:
     if done < len(FLATNESS_METHODS) * N:
         status = f"pending: {done} of {len(FLATNESS_METHODS) * N} measurements finished"
         rep.blocks["flatness"] = status + "\n"
-        rep.claims.append(Claim(text, where, status=status))
         return
     rows = {m: rows[m] for m in FLATNESS_METHODS}
     rhos = next(iter(rows["FedAdamom"].values()))["rho"]
@@ -565,9 +467,8 @@ def flatness_section(rep: Report) -> None:
         cells.append(ms(get(runs, "test_accuracy").values(), 100, 1))
         lines.append("| " + " | ".join(cells) + " |")
     head = ["FedAdamom − it", "Δ top eigenvalue"] + [f"Δ loss increase (1e-3), ρ = {rho}" for rho in rhos]
-    head += ["Δ test acc. (pp)", "flatter and better"]
+    head += ["Δ test acc. (pp)"]
     lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    comps: dict[str, Paired] = {}
     data: dict = {}
     ours = rows["FedAdamom"]
     for m, runs in rows.items():
@@ -577,16 +478,12 @@ def flatness_section(rep: Report) -> None:
         inc = [paired(get(ours, "loss_increase", i), get(runs, "loss_increase", i), higher_is_better=False)
                for i in range(len(rhos))]
         acc = paired(get(ours, "test_accuracy"), get(runs, "test_accuracy"))
-        both = Claim("", "", {"flatter": eig, "better": acc}).verdict()
-        comps[f"flatter than {m}"], comps[f"more accurate than {m}"] = eig, acc
         lines.append(f"| {m} | {delta(eig, 1, 2)} | " + " | ".join(delta(p, 1e3, 2) for p in inc)
-                     + f" | {delta(acc, 100, 1)} | {both} |")
+                     + f" | {delta(acc, 100, 1)} |")
         data[m] = {"top_eigenvalue": eig.as_dict(), "loss_increase": [p.as_dict() for p in inc],
-                   "test_accuracy": acc.as_dict(), "verdict": both}
+                   "test_accuracy": acc.as_dict()}
     rep.summary["flatness"] = data
     rep.blocks["flatness"] = "\n".join(lines) + "\n"
-    rep.claims.append(Claim(text, where, comps, key="top_eigenvalue",
-                            keys={name: "test_accuracy" for name in comps if name.startswith("more accurate")}))
 
 
 def paper_section(rep: Report, tuned: dict | None) -> None:
@@ -623,6 +520,37 @@ def paper_section(rep: Report, tuned: dict | None) -> None:
     rep.blocks["paper"] = "\n".join(lines) + "\n"
     plot_fedsum({p: {a: {0: runs[(p, a)]} for a in PAPER_ALGORITHMS} for p in PATTERNS}, OUT / "paper.png",
                 "paper settings, seed 0", PAPER_ALGORITHMS)
+
+
+def probe_section(rep: Report) -> None:
+    """The reconstruction probe: each reading of FedSUM's server step against MIFA, seed-paired, under P2
+    and P3 (N = 20 at the shared η0; N = 100 with the N = 20 recipe)."""
+    specs, status = choose(probe_specs, tune_specs())
+    status = status or pending(specs)
+    if status:
+        rep.blocks["probe"] = f"{status} (`python experiments/fmnist.py probe`)\n"
+        return
+    lr = shared_lr()
+    lines = ["| pattern | arm | reading of the paper | FedSUM arm acc. (%) | MIFA acc. (%) | Δ acc. (pp) arm − MIFA |",
+             "|---|---|---|---|---|---|"]
+    readings = {"FedSUM": "x −= η_g η_l K y/N, stale step in an empty round (the page's reconstruction)",
+                "FedSUM no-K": "x −= η_l y/N (no K in the server step: global_lr = 1/K)",
+                "FedSUM skip-empty": "no server step in a round without clients",
+                "FedSUM N=100": "the reconstruction at N = 100 with the N = 20 recipe"}
+    data: dict = {}
+    for p in PROBE_PATTERNS:
+        probe = collect([s for s in specs if s["group"] == f"probe/{p}"], key=lambda s: s["label"])
+        base = fedsum_rows(fedsum_specs(lr, patterns=(p,), labels=["FedSUM", "MIFA"]))[p]
+        arms = {"FedSUM": (base["FedSUM"], base["MIFA"]),
+                **{label: (probe[label], base["MIFA"]) for label in PROBE_ARMS},
+                "FedSUM N=100": (probe["FedSUM N=100"], probe["MIFA N=100"])}
+        for label, (a, b) in arms.items():
+            c = compare(a, b, "test_accuracy")
+            data[f"{p}/{label}"] = c.as_dict()
+            lines.append(f"| {p.upper()} | {label} | {readings[label]} | {acc_cell(a)} | {acc_cell(b)} | "
+                         f"{delta(c, 100, 1)} |")
+    rep.summary["probe"] = data
+    rep.blocks["probe"] = "\n".join(lines) + "\n"
 
 
 def escape_section(rep: Report) -> None:
@@ -758,7 +686,7 @@ def plot_fedadamom(path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- report
 
 BLOCKS = ("claims", "neutrality", "tuning", "fedsum_tuned", "fedsum_shared", "budget", "diagnosis", "cases",
-          "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "paper")
+          "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "paper", "probe")
 PLOTS = {"fedsum_tuned": "FedSUM comparison, each at its own eta_0", "fedsum_shared": "FedSUM comparison, shared eta_0",
          "fedadamom": "FedAdamom comparison", "paper": "FedSUM at its paper's settings, seed 0",
          }  # written by their sections once all their runs are finished
@@ -789,10 +717,11 @@ def report() -> None:
     fedadamom_section(rep)
     flatness_section(rep)
     paper_section(rep, tuned)
+    probe_section(rep)
     escape_section(rep)
-    rep.blocks["claims"] = claims_table(rep.claims)
-    rep.summary["claims"] = [{"claim": c.text, "verdict": c.verdict(), "key": c.key,
-                              "comparisons": {k: p.as_dict() for k, p in c.comparisons.items()}} for c in rep.claims]
+    entries, not_run = claims.build(page_claims())
+    claims.write(entries)  # the page's verdicts are rendered from the file, read back
+    rep.blocks["claims"] = claims.render(json.loads(claims.CLAIMS.read_text()), not_run)
     (OUT / "tables.md").write_text("".join(f"<!-- {name} -->\n{rep.blocks[name].strip()}\n\n" for name in BLOCKS))
     (OUT / "summary.json").write_text(json.dumps(rep.summary, indent=1) + "\n")
     page = dict(rep.blocks)  # the plots only on the page (tables.md lives elsewhere: its links would differ)

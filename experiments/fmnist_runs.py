@@ -380,6 +380,53 @@ def ablation_specs() -> list[dict]:
             for seed in SEEDS for b in BETA2_GRID]
 
 
+# ------------------------------------------------------------------------- the claims as the seed states them
+
+CASE2_CONSTANT = ["local.lr=0.01", "local.lr_schedule=constant", "algorithm.global_lr=1.0"]  # H.4, Fig. 10
+FAMILY_ALGORITHMS = ("FedSUM-B", "FedSUM", "FedSUM-CR")
+FAMILY_128 = ["local.batch_size=128", "local.lr=0.1", "local.lr_schedule=constant"]  # H.5, Fig. 11
+
+
+def case2p_constant_specs() -> list[dict]:
+    """FedSUM under Case 2 at every p of CASE2_PROBABILITIES with the constant rates Fig. 10 states
+    (eta_g = 1, eta_l = 0.01), group case2p_constant."""
+    return [spec("case2p_constant", f"FedSUM p={p}", FEDSUM_BASE,
+                 [*FEDSUM_ALGORITHMS["FedSUM"], "participation.pattern=bernoulli", f"participation.probability={p}",
+                  *CASE2_CONSTANT], seed)
+            for seed in SEEDS for p in CASE2_PROBABILITIES]
+
+
+def family128_specs() -> list[dict]:
+    """FedSUM-B, FedSUM and FedSUM-CR at the conditions H.5 states for Fig. 11: batch 128 and a constant
+    eta_l = 0.1, P1-P3 x the reported seeds (group family128/<pattern>)."""
+    return [spec(f"family128/{pattern}", label, FEDSUM_BASE,
+                 [*FEDSUM_ALGORITHMS[label], f"participation.pattern={pattern}", *FAMILY_128], seed)
+            for seed in SEEDS for pattern in PATTERNS for label in FAMILY_ALGORITHMS]
+
+
+PROBE_PATTERNS = ("p2", "p3")
+PROBE_ARMS = {  # label -> overrides on FedSUM at the shared eta_0 (N = 20): the readings of the server step
+    "FedSUM no-K": ["algorithm.global_lr=0.2"],  # x -= eta_l y / N: the step without K (global_lr = 1/K, K = 5)
+    "FedSUM skip-empty": ["algorithm.skip_empty_rounds=true"],  # no stale step in a round without clients
+}
+# N = 100 with the N = 20 recipe: eta_0 = 0.3, K = 5, batch 32, 100 rounds, no checkpoints (short runs)
+PROBE_N100 = ["local.lr=0.3", "local.steps=5", "local.batch_size=32", "run.rounds=100", "checkpoint.every=0"]
+
+
+def probe_specs() -> list[dict]:
+    """The reconstruction probe: FedSUM's reconstructed server step read two other ways at N = 20 (paired with
+    MIFA's runs at the shared eta_0, which exist), and FedSUM and MIFA at N = 100 with the N = 20 recipe;
+    P2 and P3 x the reported seeds (group probe/<pattern>)."""
+    lr = shared_lr()
+    out = [spec(f"probe/{pattern}", label, FEDSUM_BASE,
+                [*FEDSUM_ALGORITHMS["FedSUM"], *ov, f"participation.pattern={pattern}", f"local.lr={lr}"], seed)
+           for seed in SEEDS for pattern in PROBE_PATTERNS for label, ov in PROBE_ARMS.items()]
+    out += [spec(f"probe/{pattern}", f"{label} N=100", PAPER_BASE,
+                 [*FEDSUM_ALGORITHMS[label], f"participation.pattern={pattern}", *PROBE_N100], seed)
+            for seed in SEEDS for pattern in PROBE_PATTERNS for label in ("FedSUM", "MIFA")]
+    return out
+
+
 ALL_STAGES: list[Callable[[], list[dict]]] = [
     # every step's runs in the order the results page needs them, each after the choices it reads: the
     # tuning grids, then the comparisons the claims rest on, the rest after

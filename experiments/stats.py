@@ -12,13 +12,16 @@ so the comparison is made on the per-seed differences d_s = a_s - b_s, s = 1..n,
 
 The verdict on a claim "a is better than b" rests on the t-interval alone: "reproduces" where it excludes
 0 on the claimed side, "does not reproduce" where it excludes 0 on the other side, otherwise
-"inconclusive at n seeds". A value of None (a run without that number, e.g. the f(x) of a diverged run)
+"inconclusive at n seeds" (experiments/claims.py judges the page's claims from the same intervals). Two
+more pieces the claims file needs: ``holm``, Holm's step-down adjustment of a family of p-values, and
+``sd_ratio``, the ratio of two methods' standard deviations over the seeds with a paired bootstrap
+interval (the "stability" of a method). A value of None (a run without that number, e.g. the f(x) of a diverged run)
 drops its seed from the comparison; the caller decides what a diverged run's value is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,3 +98,55 @@ def paired(a: Mapping[int, float | None], b: Mapping[int, float | None], higher_
         boot = (float(res.confidence_interval.low), float(res.confidence_interval.high))
     return Paired(seeds=seeds, differences=tuple(float(v) for v in d), mean=mean, std=std, ci=ci,
                   wilcoxon_p=p, wins=int((better * d > 0).sum()), better=better, bootstrap_ci=boot)
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of a family of p-values (Holm 1979), in the input order.
+
+    With the m p-values that are not None sorted, p_(1) <= ... <= p_(m), the adjusted values are
+
+        p~_(i) = min(1, max_{j <= i} (m - j + 1) p_(j)),
+
+    so that rejecting every hypothesis with p~ <= alpha controls the family-wise error rate at alpha under
+    any dependence. A None (a comparison without a p-value) stays None and does not count in m; ties keep
+    their input order (the adjusted values of tied p are equal either way).
+    """
+    present = [i for i, p in enumerate(pvalues) if p is not None]
+    m = len(present)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(sorted(present, key=lambda i: pvalues[i])):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        out[i] = running
+    return out
+
+
+@dataclass(frozen=True)
+class SpreadRatio:
+    """The ratio of the standard deviations over seeds, sd(a) / sd(b), with a paired bootstrap interval."""
+
+    seeds: tuple[int, ...]
+    ratio: float
+    ci: tuple[float, float]
+
+
+def sd_ratio(a: Mapping[int, float | None], b: Mapping[int, float | None], seed: int = 0,
+             resamples: int = 9999) -> SpreadRatio:
+    """sd(a) / sd(b) (ddof = 1) over the seeds where both have a value, and its 95% percentile bootstrap
+    interval (scipy.stats.bootstrap, ``paired=True``: a resample draws seeds, each with both of its runs,
+    so that the interval keeps the two methods' shared partition and draws). A resample in which b has no
+    spread gives an infinite ratio (it sorts to the top of the interval)."""
+    seeds = tuple(sorted(s for s in set(a) & set(b) if a[s] is not None and b[s] is not None))
+    x = np.asarray([a[s] for s in seeds], dtype=float)
+    y = np.asarray([b[s] for s in seeds], dtype=float)
+
+    def ratio(u: np.ndarray, v: np.ndarray, axis: int = -1) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.std(u, ddof=1, axis=axis) / np.std(v, ddof=1, axis=axis)
+
+    value = float(ratio(x, y))
+    if len(seeds) < 3 or not np.isfinite(value):
+        return SpreadRatio(seeds, value, (float("nan"), float("nan")))
+    res = stats.bootstrap((x, y), ratio, paired=True, vectorized=True, n_resamples=resamples,
+                          confidence_level=0.95, method="percentile", rng=np.random.default_rng(seed))
+    return SpreadRatio(seeds, value, (float(res.confidence_interval.low), float(res.confidence_interval.high)))

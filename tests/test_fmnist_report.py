@@ -1,5 +1,5 @@
-"""The results page's report (experiments/fmnist_report.py): diverged runs, the budget interpolation, the
-claims' verdicts and the copy of the table blocks into the page."""
+"""The results page's report (experiments/fmnist_report.py): diverged and collapsed runs, the budget
+interpolation and the copy of the table blocks into the page."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))  # the experiments' home
 import fmnist_report as fr  # noqa: E402
-from stats import paired  # noqa: E402
 
 
 def run(acc, objective=0.5, finite=True) -> dict:
@@ -38,16 +37,10 @@ def test_accuracy_at_a_budget_is_interpolated_between_evaluations():
     assert fr.acc_at_budget(run([0.5], finite=False), 250.0) == fr.CHANCE
 
 
-def test_a_claim_over_several_comparisons():
-    up = paired({s: 0.8 + 0.01 * s for s in range(10)}, dict.fromkeys(range(10), 0.7))
-    down = paired(dict.fromkeys(range(10), 0.7), {s: 0.8 + 0.01 * s for s in range(10)})
-    noise = paired(dict(enumerate([0.71, 0.69] * 5)), dict.fromkeys(range(10), 0.7))
-    assert fr.Claim("c", "w", {"a": up, "b": up}).verdict() == "reproduces"
-    claim = fr.Claim("c", "w", {"a": up, "b": noise, "c": down})
-    assert claim.verdict() == "does not reproduce" and claim.deciding()[0] == "c"
-    claim = fr.Claim("c", "w", {"a": up, "b": noise})
-    assert claim.verdict() == "inconclusive at 10 seeds" and claim.deciding()[0] == "b"
-    assert fr.Claim("c", "w", status="pending: 3 of 90 runs finished").verdict() == "pending: 3 of 90 runs finished"
+def test_collapsed_runs_are_flagged_beside_the_mean():
+    runs = {0: run([0.5, 0.6, 0.7, 0.8]), 1: run([0.3, 0.1, 0.1, 0.1]), 2: run([0.5], finite=False)}
+    assert fr.acc_cell(runs) == "33.3 ± 40.4 ⚠ 1 diverged, 1 collapsed"
+    assert fr.acc_cell({0: run([0.5, 0.6, 0.7, 0.8])}) == "80.0"
 
 
 def test_fill_page_copies_blocks_between_markers_only(tmp_path):

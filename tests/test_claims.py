@@ -1,0 +1,102 @@
+"""The claims file of the results page (experiments/claims.py, experiments/fmnist_claims.py): Holm's
+step-down adjustment against a hand-computed case, the verdict rules, and docs/results/claims.json
+regenerated from the committed run files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))  # the experiments' home
+import claims  # noqa: E402
+import stats  # noqa: E402
+
+
+def test_holm_step_down_by_hand():
+    # sorted: 0.005 (x4 = 0.02), 0.01 (x3 = 0.03), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04 -> the running max 0.06);
+    # the None has no p and does not count in m = 4
+    assert stats.holm([0.01, 0.04, 0.03, None, 0.005]) == pytest.approx([0.03, 0.06, 0.06, None, 0.02])
+    # capped at 1, and a single p is its own adjustment
+    assert stats.holm([0.5, 0.6, 0.9]) == pytest.approx([1.0, 1.0, 1.0])
+    assert stats.holm([0.2]) == [0.2]
+    # m = 10 with the smallest ten-seed Wilcoxon p, 2/1024: 10 x 0.00195 = 0.0195
+    assert stats.holm([2 / 1024] + [0.5] * 9)[0] == pytest.approx(10 * 2 / 1024)
+
+
+def test_holm_controls_the_family_wise_error_on_null_p_values():
+    # under the null, p ~ U(0, 1): Holm at 0.05 rejects anything in at most about 5% of families
+    rng = np.random.default_rng(0)
+    rejected = sum(min(stats.holm(list(rng.uniform(size=20)))) <= 0.05 for _ in range(2000))
+    assert rejected / 2000 <= 0.06
+
+
+@pytest.mark.parametrize(("kind", "ci", "margin", "null", "word"), [
+    ("greater", (0.01, 0.05), None, 0.0, "reproduces"),
+    ("greater", (-0.05, -0.01), None, 0.0, "does not reproduce"),
+    ("greater", (-0.01, 0.05), None, 0.0, "inconclusive"),
+    ("less", (-0.05, -0.01), None, 0.0, "reproduces"),
+    ("less", (0.2, 0.9), None, 1.0, "reproduces"),  # an sd ratio below 1
+    ("less", (0.8, 1.4), None, 1.0, "inconclusive"),
+    ("greater", (-0.015, 0.03), 0.02, 0.0, "reproduces"),  # non-inferiority: above -margin
+    ("greater", (-0.05, -0.025), 0.02, 0.0, "does not reproduce"),
+    ("equivalent", (-0.015, 0.01), 0.02, 0.0, "reproduces"),
+    ("equivalent", (-0.125, -0.004), 0.02, 0.0, "inconclusive"),  # H.4's Case 2 - Case 1
+    ("equivalent", (0.03, 0.08), 0.02, 0.0, "does not reproduce"),
+    ("greater", (float("nan"), float("nan")), None, 0.0, "inconclusive"),
+])
+def test_verdict_from_the_interval_only(kind, ci, margin, null, word):
+    assert claims.judge(kind, ci, null, margin) == word
+
+
+def test_a_run_files_value_at_a_round():
+    r = {"finite": True, "eval_rounds": [25, 50], "test_accuracy": [0.4, 0.6], "train_objective": 0.7,
+         "eval_cum_uplink": [10.0, 20.0], "eval_cum_downlink": [10.0, 20.0]}
+    assert claims.value(r, "test_accuracy", 25) == 0.4 and claims.value(r, "test_accuracy", "final") == 0.6
+    assert claims.value(r, "train_objective", "final") == 0.7
+    assert claims.value(r, "budget_accuracy", "final", 30.0) == pytest.approx(0.5)
+    assert claims.value(r, "budget_accuracy", "final", 10.0) == pytest.approx(0.1 + 0.5 * 0.3)  # from chance
+    diverged = {"finite": False, "test_accuracy": [], "train_objective": None}
+    assert claims.value(diverged, "test_accuracy", "final") == claims.CHANCE
+    assert claims.value(diverged, "train_objective", "final") is None
+    with pytest.raises(ValueError, match="final value"):
+        claims.value(r, "train_objective", 25)
+
+
+def test_an_sd_ratio_interval_covers_a_known_ratio():
+    rng = np.random.default_rng(3)
+    a = dict(enumerate(rng.normal(0, 1, 40)))
+    b = dict(enumerate(rng.normal(0, 4, 40)))
+    s = stats.sd_ratio(a, b)
+    assert s.ci[0] < s.ratio < s.ci[1] and s.ci[1] < 1 and s.ci[0] < 0.25 < s.ci[1]
+
+
+NUMBERS = ("delta", "ci95", "p_wilcoxon", "p_holm")
+
+
+def _floats(v) -> np.ndarray:
+    return np.asarray([np.nan if x is None else x for x in (v if isinstance(v, list) else [v])], dtype=float)
+
+
+def test_the_committed_claims_file_is_what_the_committed_run_files_give():
+    from fmnist_claims import page_claims
+
+    committed = json.loads(claims.CLAIMS.read_text())
+    entries, not_run = claims.build(page_claims())
+    assert [e["id"] for e in entries] == [e["id"] for e in committed]
+    for new, old in zip(entries, committed, strict=True):
+        assert list(new) == list(claims.FIELDS)
+        for key in claims.FIELDS:
+            if key in NUMBERS:  # the same numbers up to rounding; None (no value) where None
+                np.testing.assert_allclose(_floats(new[key]), _floats(old[key]), rtol=1e-9, atol=1e-12,
+                                           err_msg=f"{new['id']} {key}")
+            else:
+                assert new[key] == old[key], (new["id"], key)
+    assert all(s.missing() for s in not_run)
+    # every entry names 10 paired run files that exist, and the page renders from the file
+    assert all(len(e["a"]) == len(e["b"]) == 10 for e in committed)
+    page = (claims.REPO / "docs" / "results.md").read_text()
+    assert claims.render(committed, not_run).strip() in page
