@@ -25,6 +25,7 @@ import yaml
 from fedrun.config_yaml import MAX_BYTES, YAMLError, parse_yaml
 from fedrun.errors import ConfigError, brief, require
 from fedrun.plugins import digests, is_import_path, load
+from fedrun.privacy.config import PrivacyConfig
 
 __all__ = ["Config", "apply_override", "apply_overrides", "build_dataclass", "config_from_dict", "load_config",
            "repeated_settings"]
@@ -204,10 +205,11 @@ class LocalConfig:
     weight_decay: float = 0.0  # L2 penalty added to every local gradient
     grad_clip: float = 0.0  # clip each raw gradient to this L2 norm; 0 disables
     momentum: float = 0.0  # local heavy-ball momentum, reset every round
-    # how a rank trains its clients: auto (the model's neighbour-independent strategy: channels_last for CNNs on
-    # images, else sequential; the same bits on any number of ranks), fastest (time the applicable ones at
-    # start-up, keep the fastest), sequential, channels_last (CNNs), vmap (the cohort as one batched call)
-    strategy: Literal["auto", "fastest", "sequential", "channels_last", "vmap"] = "auto"
+    # how a rank trains its clients: auto (the fastest exact strategy of the model on the device: batched or
+    # channels_last or sequential; the same bits on any number of ranks), fastest (time the applicable ones at
+    # start-up, keep the fastest), sequential, channels_last (CNNs), vmap (the cohort as one batched call),
+    # batched (fixed-size padded chunks of clients, one vmapped call each: exact)
+    strategy: Literal["auto", "fastest", "sequential", "channels_last", "vmap", "batched"] = "auto"
     shuffle: bool = True  # False: every epoch visits a client's examples in stored order (benchmarks)
 
     def check(self) -> None:
@@ -280,9 +282,9 @@ class EvalConfig:
 @dataclass
 class MetricsConfig:
     tensorboard: bool = False  # also write TensorBoard event files under <run.dir>/tensorboard
-    # also log parameters, per-round metrics, per-client arrays and provenance to MLflow: a tracking server
-    # (http://host:port) or a local store (a directory); null: off (docs/evaluation.md)
-    mlflow: str | None = None
+    # also log parameters, per-round metrics, per-client arrays and provenance to MLflow: true (MLFLOW_TRACKING_URI,
+    # else sqlite under run.dir), a tracking URI, or a directory (sqlite in it); null/false: off (docs/evaluation.md)
+    mlflow: bool | str | None = None
     mlflow_experiment: str = "fedrun"  # the MLflow experiment of the run (created when missing)
 
 
@@ -383,12 +385,17 @@ class Config:
     state: StateConfig = field(default_factory=StateConfig)
     asynchrony: AsyncConfig = field(default_factory=AsyncConfig)
     corruption: CorruptionConfig = field(default_factory=CorruptionConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)  # differential privacy (fedrun/privacy/)
 
     def check(self) -> None:
         """Checks across sections (each section has checked its own fields first)."""
         require(self.eval.finetune_steps == 0 or self.data.client_test_fraction > 0, "eval.finetune_steps",
                 "0 unless data.client_test_fraction > 0 (personalized models are evaluated on per-client "
                 "test data)", self.eval.finetune_steps)
+        require(self.eval.clients is None or self.eval.clients <= self.data.num_clients, "eval.clients",
+                f"null or an integer in [1, data.num_clients={self.data.num_clients}]", self.eval.clients)
+        require(self.state.dir is None or self.state.dir.strip() != "", "state.dir", "a directory path or null "
+                "(the run directory)", self.state.dir)
         require(not (self.asynchrony.enabled and self.run.skip_nonfinite_clients), "run.skip_nonfinite_clients",
                 "false with asynchrony.enabled (an upload is consumed steps after its client's new state was "
                 "stored, so it cannot be dropped)", self.run.skip_nonfinite_clients)
@@ -406,6 +413,8 @@ class Config:
         out["algorithm"] = {"name": algo["name"], **(algo["hparams"] or {})}
         for section in PLUGIN_SETTINGS:  # a plugin's settings are keys of its section, as hparams are
             out[section].update(out[section].pop("settings") or {})
+        if self.privacy == PrivacyConfig():  # off: left out, so that checkpoints of older versions still resume
+            out.pop("privacy")
         plugins = self.plugin_digests()
         if plugins:
             out["plugins"] = plugins
@@ -509,8 +518,11 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(f"override {brief(item)}: expected section.key=value")
+    if not raw.strip():  # `state.dir=` is a path left out, not a request for the default
+        raise ConfigError(f"override {brief(item)}: no value; expected {key.strip()}=VALUE ({key.strip()}=null "
+                          "for none)")
     try:
-        value = parse_yaml(raw) if raw.strip() else None
+        value = parse_yaml(raw)
     except YAMLError:
         value = raw
     except ConfigError as exc:

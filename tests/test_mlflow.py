@@ -3,6 +3,7 @@ back with MLflow's own client (parameters, per-round metrics, per-client arrays,
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -88,3 +89,31 @@ def test_a_two_rank_run_logs_params_metrics_client_arrays_and_provenance(tmp_pat
     provenance = client.download_artifacts(logged.info.run_id, "provenance.json", str(tmp_path))
     assert '"started"' in Path(provenance).read_text()
     assert logged.data.tags["provenance.fedrun"] == __import__("fedrun").__version__
+
+
+def test_true_logs_to_mlflow_tracking_uri_else_to_sqlite_under_the_run_dir_never_the_working_directory(tmp_path):
+    """``metrics.mlflow=true`` with MLFLOW_TRACKING_URI unset: a SQLite store ``<run.dir>/mlflow.db`` with the
+    artifacts beside it; with MLFLOW_TRACKING_URI set: that store. The working directory stays empty (MLflow's
+    default artifact root is ``./mlruns``)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    base = ["-m", "fedrun", "train", "--quiet", "run.rounds=2", "data.name=least_squares", "data.num_clients=12",
+            "data.partition=iid", "model.name=linear", "data.client_test_fraction=0.3", "eval.every=1",
+            "metrics.mlflow=true"]
+    run_dir = tmp_path / "own"
+    proc = subprocess.run([sys.executable, *base, f"run.dir={run_dir}"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    own = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    run = own.get_run(json.loads((run_dir / "mlflow_run.json").read_text())["run_id"])
+    assert run.data.params["run.rounds"] == "2" and run.info.status == "FINISHED"
+    assert run.info.artifact_uri.startswith((run_dir / "mlartifacts").as_uri())
+    assert [a.path for a in own.list_artifacts(run.info.run_id, "clients")]  # the per-client arrays
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'shared.db'}"
+    proc = subprocess.run([sys.executable, *base, f"run.dir={tmp_path / 'env'}"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "shared.db").is_file() and not (tmp_path / "env" / "mlflow.db").exists()
+    assert list(work.iterdir()) == []

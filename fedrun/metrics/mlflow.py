@@ -1,5 +1,13 @@
-"""MLflow tracking (``metrics.mlflow: URI``), rank 0 only: a tracking server (``http://host:port``) or a local
-store (a directory, or ``file:`` URI).
+"""MLflow tracking (``metrics.mlflow``), rank 0 only. Where it logs (:func:`tracking_uri`):
+
+* ``true``: ``MLFLOW_TRACKING_URI`` when it is set (the convention of every MLflow tool), else a SQLite store
+  ``<run_dir>/mlflow.db``;
+* a URI (``http://host:port``, ``sqlite:///path``, ``postgresql://...``): that store;
+* a directory (or a ``file:`` URI), the local store of older MLflow versions: a SQLite store ``mlflow.db`` in
+  it (MLflow 3's directory store is in maintenance mode and fails on start).
+
+Artifacts of an experiment fedrun creates in a SQLite store go next to the database (``mlartifacts/``),
+never into the working directory (MLflow's default ``./mlruns``); a server decides for itself.
 
 One MLflow run per fedrun run, in the experiment ``metrics.mlflow_experiment``, named ``run.name``:
 
@@ -40,7 +48,11 @@ class MlflowLog:
         self.run_id = ""
         if run_dir is None:
             return
-        uri = cfg.mlflow
+        try:
+            uri = tracking_uri(cfg.mlflow, run_dir)
+        except OSError as exc:
+            raise ConfigError(f"metrics.mlflow={cfg.mlflow}: cannot create the local store there "
+                              f"({exc.strerror or exc}); expected a writable directory or a tracking URI") from None
         # MLflow retries a failed request 7 times with doubling waits (minutes); 3 keeps an unreachable
         # server a one-line error within seconds, and still rides out a brief hiccup mid-run
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
@@ -61,14 +73,14 @@ class MlflowLog:
                 return
             name = cfg.mlflow_experiment
             experiment = self.client.get_experiment_by_name(name)
-            experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
+            experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(
+                name, artifact_location=artifact_root(uri))
             self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
             record.write_text(json.dumps({"tracking_uri": uri, "run_id": self.run_id}) + "\n")
             self.client.log_batch(self.run_id, params=[
                 _param(k, v if isinstance(v, str) else json.dumps(v)) for k, v in params.items()])
         except Exception as exc:
-            raise ConfigError(f"metrics.mlflow: cannot start an MLflow run at {uri!r}: {type(exc).__name__}: "
-                              f"{' '.join(str(exc).split())[:300]}") from None
+            raise ConfigError(f"metrics.mlflow: cannot start an MLflow run at {uri!r}: {_why(exc)}") from None
 
     def log_provenance(self, provenance: dict[str, Any], fields: dict[str, Any]) -> None:
         """``provenance.json``, and ``fields`` (its dotted scalar fields) as ``provenance.*`` tags."""
@@ -80,8 +92,7 @@ class MlflowLog:
                 if isinstance(value, (str, int, float)) and value != "":
                     self.client.set_tag(self.run_id, f"provenance.{key}", str(value)[:5000])
         except Exception as exc:
-            raise RunFailure(f"metrics.mlflow: logging the provenance failed: {type(exc).__name__}: "
-                             f"{' '.join(str(exc).split())[:300]}") from None
+            raise RunFailure(f"metrics.mlflow: logging the provenance failed: {_why(exc)}") from None
 
     def write(self, entry: dict[str, Any], arrays: dict[str, np.ndarray] | None) -> None:
         """The round's numeric fields as metrics (step = round) and its per-client arrays as an artifact."""
@@ -98,8 +109,7 @@ class MlflowLog:
                     np.savez(path, **arrays)
                     self.client.log_artifact(self.run_id, str(path), "clients")
         except Exception as exc:
-            raise RunFailure(f"metrics.mlflow: logging round {step} failed: {type(exc).__name__}: "
-                             f"{' '.join(str(exc).split())[:300]}") from None
+            raise RunFailure(f"metrics.mlflow: logging round {step} failed: {_why(exc)}") from None
 
     def close(self, finished: bool) -> None:
         """Mark the MLflow run FINISHED (all rounds done) or KILLED (stopped; a resume continues it)."""
@@ -110,6 +120,33 @@ class MlflowLog:
             except Exception:  # the run's own outcome is what the user needs to see; MLflow shows RUNNING
                 pass
             self.client = None
+
+
+def tracking_uri(setting: bool | str, run_dir: Path) -> str:
+    """The tracking URI of ``metrics.mlflow`` = ``setting`` (see the module docstring)."""
+    if setting is True:
+        return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+    text = str(setting)
+    if text.startswith("file:"):
+        text = text[len("file://"):] if text.startswith("file://") else text[len("file:"):]
+    elif "://" in text or text.startswith("databricks"):
+        return text
+    directory = Path(text).expanduser().resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{directory / 'mlflow.db'}"
+
+
+def artifact_root(uri: str) -> str | None:
+    """Where a new experiment of a SQLite store keeps its artifacts: ``mlartifacts/`` beside the database
+    (None: the store's or server's own choice)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+
+
+def _why(exc: BaseException) -> str:
+    """MLflow's whole message on one line (it may span lines; none of it is cut)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def _param(key: str, value: str) -> Any:
