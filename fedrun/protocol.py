@@ -52,6 +52,10 @@ class Declaration:
     # the upload entry that carries the client's model delta (or a multiple of it), if any: the runtime's
     # ``corruption`` option corrupts this entry of the chosen clients, without the algorithm knowing
     model_delta: str | None = None
+    # the client entries whose sum over all N clients the server keeps (MIFA's G_i, FedVARP's y_i, FedSUM's h_i,
+    # SCAFFOLD's c_i): a participant uploads the change of its row (new minus old), so the server reuses every
+    # client's last contribution in every later round; central differential privacy refuses such an algorithm
+    memory: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         server_names = [e.name for e in self.server]
@@ -62,6 +66,9 @@ class Declaration:
                 raise ValueError(f"downlink entry {name!r} is not a server entry")
         if self.model_delta is not None and self.model_delta not in [e.name for e in self.up]:
             raise ValueError(f"model_delta {self.model_delta!r} is not an upload entry")
+        for name in self.memory:
+            if name not in [e.name for e in self.client]:
+                raise ValueError(f"memory entry {name!r} is not a client entry")
         for group in (self.server, self.client, self.up):
             names = [e.name for e in group]
             if len(set(names)) != len(names):

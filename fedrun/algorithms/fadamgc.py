@@ -104,7 +104,8 @@ class FAdamGC(Algorithm):
             return Declaration(server=(Vector("x", "model"),), client=moments, down=("x",), up=(Vector("dx"),))
         second = Vector("dy") if self.hp.tracking == "scaffold" else Vector("y_new")
         return Declaration(server=(Vector("x", "model"), Vector("y")), client=(Vector("y_i"), *moments),
-                           down=("x", "y"), up=(Vector("dx"), second))
+                           down=("x", "y"), up=(Vector("dx"), second),
+                           memory=("y_i",) if self.hp.tracking == "scaffold" else ())  # y = (1/N) sum_i y_i
 
     def local_plan(self, down: dict[str, Tensor], state: dict[str, Tensor], clients: Clients,
                    ctx: RoundContext) -> LocalPlan:

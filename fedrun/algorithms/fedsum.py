@@ -94,6 +94,7 @@ class _FedSumFamily(Algorithm):
             client=(Vector("h"),) + self.extra_client(),
             down=("x",) + self.extra_down(),
             up=(Vector("delta"),),
+            memory=("h",),  # y = sum_i h_i
         )
 
     def weights(self, clients: Clients, ctx: RoundContext) -> Tensor | None:

@@ -87,7 +87,7 @@ class Mifa(Algorithm):
         if self.hp.wait_all:
             server += (Scalar("reported"),)
             up += (Scalar("first_report"),)
-        return Declaration(server=server, client=(Vector("g"),), down=("x",), up=up)
+        return Declaration(server=server, client=(Vector("g"),), down=("x",), up=up, memory=("g",))
 
     def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
                       clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -133,7 +133,7 @@ class FedVarp(Algorithm):
 
     def declare(self) -> Declaration:
         return Declaration(server=(Vector("x", "model"), Vector("y_mean")), client=(Vector("y"),),
-                           down=("x",), up=(Vector("innovation"),))
+                           down=("x",), up=(Vector("innovation"),), memory=("y",))
 
     def client_finish(self, down: dict[str, Tensor], state: dict[str, Tensor], local: LocalResult,
                       clients: Clients, ctx: RoundContext) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

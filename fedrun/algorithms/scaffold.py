@@ -57,7 +57,7 @@ class Scaffold(Algorithm):
     def declare(self) -> Declaration:
         up = (Vector("delta"),) if self.single_uplink else (Vector("dx"), Vector("dc"))
         return Declaration(server=(Vector("x", "model"), Vector("c")), client=(Vector("c_i"),),
-                           down=("x", "c"), up=up)
+                           down=("x", "c"), up=up, memory=("c_i",))  # c = (1/N) sum_i c_i
 
     def local_plan(self, down: dict[str, Tensor], state: dict[str, Tensor], clients: Clients,
                    ctx: RoundContext) -> LocalPlan:

@@ -10,6 +10,8 @@ Rank 0 writes one HDF5 file (fedrun.checkpoint), one group per part of the run s
     runtime/strategy     the local-training strategy
     metrics/jsonl        the metrics records so far
     random/seed          the run seed (every random stream is a function of seed, round and client)
+    privacy/<name>       with privacy.mode != none: sigma, the clip, the rounds' sampling probabilities and
+                         every client's participations (the accountant's state, fedrun.privacy)
 
 plus the meta group (next round, resolved config, algorithm, N, d). Client rows are streamed from
 their owner ranks in bounded chunks, so rank 0 never holds more than one chunk of another rank's state.
@@ -43,6 +45,7 @@ from fedrun.federation.build import RunState, Setup
 from fedrun.federation.delay import DelayTracker
 from fedrun.federation.schedule import schedule_type
 from fedrun.metrics.log import json_line
+from fedrun.privacy.mechanism import layout as privacy_layout
 from fedrun.protocol import Scalar, Vector
 
 _CHUNK_BYTES = 8 << 20  # rows of client state sent to rank 0 at a time
@@ -84,6 +87,8 @@ def save(setup: Setup, state: RunState) -> Path | None:
         attempt(writer.write, "random/seed", np.int64(cfg.run.seed))
         attempt(writer.write, "runtime/strategy", state.strategy)
         attempt(writer.write, "metrics/jsonl", "".join(map(json_line, state.metrics)))
+        for name, value in (state.privacy.state_dict() if state.privacy is not None else {}).items():
+            attempt(writer.write, f"privacy/{name}", value)
     for entry in store.entries:
         written = store.written(entry.name)
         if isinstance(entry, Vector) and depth:  # an increment: the rows changed since the base
@@ -326,6 +331,8 @@ def expected_layout(meta: dict[str, Any], config: dict[str, Any]) -> dict[str, t
     layout.update({f"clients/{e.name}": shape(e, (n,)) for e in clients})
     layout.update({f"history/{k}": np.shape(v) for k, v in DelayTracker(n).state_dict().items()})
     layout.update({"random/seed": (), "runtime/strategy": (), "metrics/jsonl": ()})
+    if cfg.privacy.mode != "none":
+        layout.update(privacy_layout(n, int(meta["round"])))
     return layout
 
 
@@ -390,6 +397,8 @@ def restore(setup: Setup, state: RunState, path: Path) -> None:
         state.delay.load_state_dict({n: ckpt.read(f"history/{n}") for n in ckpt.names("history")})
         state.strategy = str(ckpt.read("runtime/strategy"))
         state.metrics = [json.loads(line) for line in ckpt.read("metrics/jsonl").splitlines() if line.strip()]
+        if state.privacy is not None:
+            state.privacy.load_state_dict({n: ckpt.read(f"privacy/{n}") for n in ckpt.names("privacy")})
         state.next_round = int(meta["round"])
     setup.exchange.publish(state.server)
 

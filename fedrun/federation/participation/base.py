@@ -24,6 +24,10 @@ class Participation:
 
     name: str = "participation"
     stateful: bool = False  # True: active(t) depends on the previous rounds' draws
+    # the sampling randomness a privacy accountant may amplify by (docs/privacy.md): "poisson" (every client
+    # independently with its probabilities(t)), "without_replacement" (a uniform S of N), "none" (deterministic
+    # or correlated over rounds: no amplification, each client's epsilon from the rounds it joined)
+    sampling: str = "none"
 
     @classmethod
     def from_config(cls, cfg: ParticipationConfig, num_clients: int, seed: int, rounds: int) -> Participation:

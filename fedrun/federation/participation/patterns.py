@@ -26,6 +26,7 @@ class Uniform(Participation):
     """Case 1: exactly S clients, uniformly without replacement, every round."""
 
     name = "uniform"
+    sampling = "without_replacement"
 
     def __init__(self, num_clients: int, seed: int, clients_per_round: int) -> None:
         super().__init__(num_clients, seed)
@@ -49,6 +50,7 @@ class Bernoulli(Participation):
     """Case 2: client i joins round t independently with probability p_i^t (``_p(t)``)."""
 
     name = "bernoulli"
+    sampling = "poisson"
 
     def __init__(self, num_clients: int, seed: int, p: float | np.ndarray = 0.1) -> None:
         super().__init__(num_clients, seed)

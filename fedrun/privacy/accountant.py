@@ -1,0 +1,192 @@
+"""The privacy accountant of a run: epsilon at ``privacy.delta`` after every round, under the run's
+participation pattern, with Google's ``dp-accounting`` (docs/privacy.md).
+
+One round of central DP is the Gaussian mechanism on the sum of the participants' clipped uploads: one
+client's whole upload moves the sum by at most C (add or remove the client), the noise is N(0, sigma^2 C^2),
+so one round is ``GaussianDpEvent(sigma)``. What amplifies it depends on how the round's clients are chosen
+(the pattern's ``sampling``, fedrun.federation.participation.base):
+
+* ``poisson`` (bernoulli, p2, p3, sine, biased): every client joins round t independently with its p_i^t,
+  so round t is ``PoissonSampledDpEvent(q_t, GaussianDpEvent(sigma))`` and the run is their composition
+  over ALL rounds (a client's absence is as secret as its presence). q_t = max_i p_i^t, the worst client's
+  probability: epsilon is monotone in q, so this is every client's bound, and exactly the worst client's
+  when one client has the largest probability every round (bernoulli, sine, p2, p3, biased);
+* ``without_replacement`` (uniform, p1): S of N without replacement; dp-accounting accounts it (RDP only)
+  under the replace-one relation, where one client's replacement moves the sum by up to 2C, so the event is
+  ``SampledWithoutReplacementDpEvent(N, S, GaussianDpEvent(sigma / 2))`` per round;
+* ``none`` (full, cyclic, reshuffled_cyclic, markov, trace, plugins; and every pattern in local mode): no
+  sampling randomness to amplify by. Client i's epsilon is the composition of the k_i Gaussian mechanisms
+  of the rounds it took part in, ``SelfComposedDpEvent(GaussianDpEvent(sigma), k_i)``, and the reported
+  epsilon is the worst client's (the largest k_i).
+
+Probabilities are rounded UP to 12 decimals before accounting (a sine pattern's p_i^t at t and t + period
+differ in the last bits of float64; rounded they are one event, computed once).
+
+The state (sigma, the rounds' q_t, every client's k_i) is the checkpoint's ``privacy/`` group; the epsilon
+after round t is a function of it, so a resumed run reports the same epsilon, bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import dp_accounting as dpa
+import numpy as np
+from dp_accounting import mechanism_calibration, pld, rdp
+from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+SAMPLINGS = ("poisson", "without_replacement", "none")
+DECIMALS = 12  # probabilities are rounded up to this many decimals before accounting
+
+
+def rounded(q: float) -> float:
+    """``q`` rounded up to :data:`DECIMALS` decimals, at most 1."""
+    return min(1.0, math.ceil(float(q) * 10**DECIMALS - 1e-6) / 10**DECIMALS)
+
+
+def fresh_accountant(kind: str, sampling: str) -> dpa.PrivacyAccountant:
+    """dp-accounting's accountant ``kind`` (rdp, pld) with the neighbouring relation ``sampling`` needs."""
+    if kind == "pld":
+        return pld.PLDAccountant()
+    relation = dpa.NeighboringRelation.REPLACE_ONE if sampling == "without_replacement" else \
+        dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
+    return rdp.RdpAccountant(neighboring_relation=relation)
+
+
+def round_event(sampling: str, sigma: float, q: float, num_clients: int, cohort: int) -> dpa.DpEvent:
+    """One round's event (module docstring): poisson with probability ``q``, S = ``cohort`` of N without
+    replacement, or the plain Gaussian mechanism."""
+    if sampling == "poisson":
+        return dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma))
+    if sampling == "without_replacement":
+        return dpa.SampledWithoutReplacementDpEvent(num_clients, cohort, dpa.GaussianDpEvent(sigma / 2))
+    return dpa.GaussianDpEvent(sigma)
+
+
+def run_event(sampling: str, sigma: float, q: Sequence[float], worst: int, num_clients: int,
+              cohort: int) -> dpa.DpEvent:
+    """The whole run's event as dp-accounting composes it: the rounds' events in order (poisson), the round
+    event ``len(q)`` times (without replacement), or the Gaussian ``worst`` times (none)."""
+    if sampling == "poisson":
+        return dpa.ComposedDpEvent([round_event(sampling, sigma, qt, num_clients, cohort) for qt in q])
+    if sampling == "without_replacement":
+        return dpa.SelfComposedDpEvent(round_event(sampling, sigma, 1.0, num_clients, cohort), len(q))
+    return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(sigma), worst)
+
+
+class Accountant:
+    """Epsilon of a run at ``delta`` under one of :data:`SAMPLINGS`, round by round.
+
+    The RDP accountant is kept as a running sum of cached per-event RDP vectors (the arithmetic dp-accounting's
+    ``RdpAccountant.compose`` does, without recomputing an event seen before: one event costs about 0.1 s);
+    the PLD accountant composes one round at a time into a live ``PLDAccountant``."""
+
+    def __init__(self, kind: str, delta: float, sampling: str, num_clients: int, cohort: int, sigma: float) -> None:
+        self.kind, self.delta, self.sampling = kind, delta, sampling
+        self.num_clients, self.cohort, self.sigma = num_clients, cohort, float(sigma)
+        self.q: list[float] = []  # per round: the worst client's sampling probability (1.0 without sampling)
+        self.counts = np.zeros(num_clients, dtype=np.int64)  # k_i: rounds client i took part in
+        self._vectors: dict[tuple[str, float], np.ndarray] = {}
+        self._orders = fresh_accountant("rdp", sampling).orders if kind == "rdp" else None
+        self._rdp = None if self._orders is None else np.zeros_like(self._orders)
+        self._live = fresh_accountant(kind, sampling) if kind == "pld" else None
+
+    # ------------------------------------------------------------------------------------------ rounds
+    def record(self, q: float, participants: np.ndarray) -> None:
+        """Round done: the worst client's probability ``q`` (poisson) and the ids of its ``participants``."""
+        q = rounded(q) if self.sampling == "poisson" else 1.0
+        self.q.append(q)
+        self.counts[participants] += 1
+        if self.sampling == "poisson":
+            self._compose(q)
+
+    def epsilon(self) -> float:
+        """Epsilon at ``delta`` after the rounds recorded (the worst client's)."""
+        return self._epsilon(self._rdp, self._live, int(self.counts.max(initial=0)), len(self.q))
+
+    def epsilon_after_next(self, q_next: float, participants: np.ndarray) -> float:
+        """Epsilon after one more round (poisson: with probability ``q_next``; none: with ``participants``):
+        what the budget check of ``privacy.target_epsilon`` compares."""
+        counts = self.counts.copy()
+        counts[participants] += 1
+        worst, rounds = int(counts.max(initial=0)), len(self.q) + 1
+        if self.sampling != "poisson" or self.sigma == 0:
+            return self._epsilon(self._rdp, self._live, worst, rounds)
+        event = round_event(self.sampling, self.sigma, rounded(q_next), self.num_clients, self.cohort)
+        if self._live is not None:
+            live = copy.deepcopy(self._live)
+            live.compose(event)
+            return float(live.get_epsilon(self.delta))
+        return self._epsilon(self._rdp + self._vector(event, ("q", rounded(q_next))), None, worst, rounds)
+
+    # ------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"sigma": np.float64(self.sigma), "q": np.asarray(self.q, dtype=np.float64),
+                "counts": self.counts.copy()}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restore the rounds recorded (the RDP sum or the PLD composition is rebuilt in the same order)."""
+        self.sigma = float(np.asarray(d["sigma"]))
+        self.counts = np.asarray(d["counts"], dtype=np.int64).copy()
+        self.q = [float(v) for v in np.asarray(d["q"], dtype=np.float64)]
+        self._rdp = None if self._orders is None else np.zeros_like(self._orders)
+        self._live = fresh_accountant(self.kind, self.sampling) if self.kind == "pld" else None
+        if self.sampling == "poisson":
+            for q in self.q:
+                self._compose(q)
+
+    # ------------------------------------------------------------------------------------------ internals
+    def _compose(self, q: float) -> None:
+        if self.sigma == 0:  # no noise: epsilon is infinite (dp-accounting divides by sigma for some events)
+            return
+        event = round_event(self.sampling, self.sigma, q, self.num_clients, self.cohort)
+        if self._live is not None:
+            self._live.compose(event)
+        else:
+            self._rdp += self._vector(event, ("q", q))
+
+    def _vector(self, event: dpa.DpEvent, key: tuple[str, float]) -> np.ndarray:
+        """The RDP vector of ``event`` at the accountant's orders (computed once per ``key``)."""
+        if key not in self._vectors:
+            acc = fresh_accountant("rdp", self.sampling)
+            acc.compose(event)
+            self._vectors[key] = acc.rdp
+        return self._vectors[key]
+
+    def _epsilon(self, rdp_sum: np.ndarray | None, live: Any, worst: int, rounds: int) -> float:
+        if self.sigma == 0:
+            return math.inf
+        if self.sampling == "poisson":
+            if live is not None:
+                return float(live.get_epsilon(self.delta))
+            return float(compute_epsilon(self._orders, rdp_sum, self.delta)[0])
+        if self.kind == "pld":
+            acc = fresh_accountant("pld", self.sampling)
+            acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(self.sigma), worst))
+            return float(acc.get_epsilon(self.delta))
+        one = round_event(self.sampling, self.sigma, 1.0, self.num_clients, self.cohort)
+        count = rounds if self.sampling == "without_replacement" else worst
+        return float(compute_epsilon(self._orders, count * self._vector(one, ("round", 1.0)), self.delta)[0])
+
+
+def calibrate(kind: str, delta: float, sampling: str, num_clients: int, cohort: int, target: float,
+              q: Sequence[float], worst: int) -> float:
+    """The smallest sigma whose run (``q``: the planned rounds' worst-client probabilities; ``worst``: the
+    most rounds one client joins) spends at most ``target`` epsilon at ``delta``: dp-accounting's Brent search
+    (``calibrate_dp_mechanism``). The poisson rounds are grouped by their probability (composition commutes)."""
+    if sampling == "poisson":
+        values, counts = np.unique([rounded(v) for v in q], return_counts=True)
+
+        def event(sigma: float) -> dpa.DpEvent:
+            return dpa.ComposedDpEvent([dpa.SelfComposedDpEvent(round_event(sampling, sigma, float(v), num_clients,
+                                                                            cohort), int(c))
+                                        for v, c in zip(values, counts, strict=True)])
+    else:
+        def event(sigma: float) -> dpa.DpEvent:
+            return run_event(sampling, sigma, q, worst, num_clients, cohort)
+    bracket = mechanism_calibration.LowerEndpointAndGuess(1e-3, 1.0)
+    return float(mechanism_calibration.calibrate_dp_mechanism(lambda: fresh_accountant(kind, sampling), event,
+                                                              target, delta, bracket, tol=1e-4))

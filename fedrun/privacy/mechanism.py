@@ -1,0 +1,300 @@
+"""Clipping and Gaussian noise around the exchange: differential privacy as an aggregation concern
+(docs/privacy.md). The algorithm never knows about it; the round applies it to what the algorithm uploads.
+
+For client i with uploads u_i (every entry of the declaration's ``up``, vectors and scalars alike, as one
+vector) and clip C:
+
+    clip(u_i) = u_i * min(1, C / ||u_i||_2)                                  (on the client's rank)
+
+* ``central``: the clipped uploads are summed exactly as every sum (docs/design.md), then rank 0 adds
+  z ~ N(0, sigma^2 C^2 I) once: the server rule sees  sum_{i in S_t} clip(u_i) + z  and, under poisson
+  participation, normalizes by the expected cohort m_t = max(1, round(sum_i p_i^t)) instead of |S_t|
+  (|S_t| itself would tell one client's presence); z is drawn from a generator seeded by
+  (run seed, round, STREAM_CENTRAL), so the run is the same on any number of ranks and after a resume.
+* ``local``: client i uploads clip(u_i) + z_i, z_i ~ N(0, sigma^2 C^2 I) from (seed, round, client,
+  STREAM_LOCAL); everything after is post-processing.
+
+Adaptive clipping (Andrew et al. 2021, ``privacy.adaptive_quantile`` gamma): each participant also
+reports b_i = 1[||u_i|| <= C_t]; rank 0 forms b_t = (sum_i b_i + N(0, sigma_b^2)) / m_t with
+sigma_b = max(m_t / 20, sigma) and sets C_{t+1} = C_t exp(-eta_C (b_t - gamma)), eta_C = 0.2 (the paper's geometric
+update and defaults; the floor sigma keeps sigma_u finite). The two noised sums together are the
+Gaussian mechanism with noise multiplier sigma
+when the update's own multiplier is sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) (the paper's Theorem 1), so
+the accountant counts sigma. The count travels in one extra small reduce and C_{t+1} in one small broadcast.
+
+Which algorithms central DP accepts (refused at build with one line, status 2): those whose server step
+is a function of the round's sum and of server state derived only from such sums. Refused: an algorithm
+with gathered uploads (the server sees each client's upload, not a noised sum) or with ``memory`` entries
+(the server keeps the sum of every client's latest entry and reuses each client's contribution in every
+later round; fedrun.protocol.Declaration.memory). Local mode accepts every algorithm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedrun.errors import ConfigError
+from fedrun.privacy.accountant import Accountant, calibrate
+from fedrun.privacy.config import PrivacyConfig
+from fedrun.protocol import Declaration, RoundContext
+from fedrun.runtime.flat import broadcast_from_root, reduce_to_root
+from fedrun.runtime.world import World
+
+STREAM_CENTRAL = 0x4450435A  # "DPCZ": the noise rank 0 adds to the round's sum, rng(seed, t, .)
+STREAM_LOCAL = 0x44504C5A  # "DPLZ": client i's own noise in local mode, rng(seed, t, i, .)
+STREAM_COUNT = 0x44504342  # "DPCB": the noise of the adaptive clip's count, rng(seed, t, .)
+ADAPTIVE_LR = 0.2  # eta_C of the geometric clip update (Andrew et al. 2021)
+COUNT_NOISE_SHARE = 20.0  # sigma_b = m / 20 (Andrew et al. 2021)
+BUDGET_SLACK = 1e-9  # relative: a calibrated run's last round may exceed the target by the float order of the sums
+
+ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
+
+
+def generator(device: torch.device, *keys: int) -> torch.Generator:
+    """A torch generator seeded by a pure function of ``keys`` (seed, round, [client,] stream)."""
+    g = torch.Generator(device=device)
+    g.manual_seed(int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, np.uint64)[0]))
+    return g
+
+
+def upload_norms(up: dict[str, Tensor], names: list[str]) -> Tensor:
+    """||u_i||_2 over every entry ``names`` of each client's upload jointly, ``[C]``."""
+    n = len(up[names[0]])
+    return torch.stack([up[k].reshape(n, -1).square().sum(dim=1) for k in names]).sum(dim=0).sqrt()
+
+
+def clip_uploads(up: dict[str, Tensor], names: list[str], clip: float) -> tuple[dict[str, Tensor], Tensor]:
+    """``u_i * min(1, C / ||u_i||)`` for every client row (a row within the bound is multiplied by exactly
+    1, so it keeps its bits), and the norms before clipping."""
+    norms = upload_norms(up, names)
+    factor = torch.clamp(clip / norms, max=1.0)  # ||u|| = 0: C / 0 = inf -> 1
+    out = dict(up)
+    for k in names:
+        out[k] = up[k] * factor.view(-1, *([1] * (up[k].dim() - 1)))
+    return out, norms
+
+
+def gaussian_like(up: dict[str, Tensor], names: list[str], std: float, g: torch.Generator) -> dict[str, Tensor]:
+    """N(0, std^2) noise shaped like ``up[names]``: one draw of their total size, in the order of ``names``."""
+    total = sum(up[k].numel() for k in names)
+    first = up[names[0]]
+    z = torch.randn(total, generator=g, dtype=first.dtype, device=first.device) * std
+    out, at = {}, 0
+    for k in names:
+        out[k] = z[at:at + up[k].numel()].view_as(up[k])
+        at += up[k].numel()
+    return out
+
+
+@dataclasses.dataclass
+class PrivacyState:
+    """What the rounds advance and the checkpoint's ``privacy/`` group holds: the accountant and C_t."""
+
+    accountant: Accountant
+    clip: float
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {**self.accountant.state_dict(), "clip": np.float64(self.clip)}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.accountant.load_state_dict(d)
+        self.clip = float(np.asarray(d["clip"]))
+
+
+def layout(num_clients: int, rounds_done: int) -> dict[str, tuple[int, ...]]:
+    """The ``privacy/`` datasets of a checkpoint after ``rounds_done`` rounds, with their shapes."""
+    return {"privacy/sigma": (), "privacy/clip": (), "privacy/q": (rounds_done,), "privacy/counts": (num_clients,)}
+
+
+class Privacy:
+    """The configured mechanism of a run (``privacy.mode`` central or local), built once per rank."""
+
+    def __init__(self, cfg: PrivacyConfig, algorithm: str, decl: Declaration, participation: Any, planner: Any,
+                 num_clients: int, rounds: int, seed: int, asynchronous: bool, world: World) -> None:
+        self.cfg, self.seed, self.world = cfg, seed, world
+        self.names = [e.name for e in decl.up]
+        self.central = cfg.mode == "central"
+        self._refuse(algorithm, decl, asynchronous, participation)
+        self.sampling = participation.sampling if self.central else "none"
+        self.participation = participation
+        cohort = participation.max_active()
+        self.calibrated = cfg.noise_multiplier is None
+        sigma = cfg.noise_multiplier
+        if sigma is None:
+            q, worst = plan(planner, self.sampling, rounds, num_clients)
+            sigma = calibrate(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, cfg.target_epsilon,
+                              q, worst)
+        self.rounds, self.planner = rounds, planner
+        self.state = PrivacyState(Accountant(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, sigma),
+                                  cfg.clip)
+        target = cfg.target_epsilon
+        first = self.next_epsilon(0) if target is not None else 0.0
+        if target is not None and first > target * (1 + BUDGET_SLACK):
+            raise ConfigError(f"privacy.target_epsilon: expected at least the epsilon {first:.4g} that round 1 "
+                              f"alone spends at noise_multiplier {sigma:g} (delta {cfg.delta:g}), got {target:g}")
+        self._below = 0  # adaptive: this rank's clients of the round within the clip
+        self._count = 0.0  # adaptive, rank 0: the round's summed count
+
+    def _refuse(self, algorithm: str, decl: Declaration, asynchronous: bool, participation: Any) -> None:
+        """One line (ConfigError, status 2) for what this mechanism cannot protect or account."""
+        mode = f"privacy.mode={self.cfg.mode}"
+        if asynchronous:
+            raise ConfigError(f"{mode}: expected asynchrony.enabled=false (an asynchronous step's uploads left "
+                              "their clients in earlier steps; the accountant counts synchronous rounds)")
+        if self.central and decl.gathered():
+            raise ConfigError(f"{mode}: algorithm {algorithm} receives every client's upload "
+                              f"({', '.join(sorted(decl.gathered()))}), not their sum, so noise added once to a sum "
+                              "protects nothing; expected privacy.mode=local or an algorithm that sums its uploads")
+        if self.central and decl.memory:
+            raise ConfigError(f"{mode}: algorithm {algorithm}'s server keeps the sum of every client's latest "
+                              f"{', '.join(decl.memory)} and reuses each client's contribution in every later round "
+                              "(each upload is the change of a client's row), which one round's noise does not "
+                              "cover; expected privacy.mode=local or an algorithm whose server step uses only the "
+                              "round's sum (fedavg, fedadam, fedprox, ...)")
+        if self.central and self.cfg.accountant == "pld" and participation.sampling == "without_replacement":
+            raise ConfigError("privacy.accountant: expected rdp with participation.pattern="
+                              f"{participation.name} (S of N without replacement: dp-accounting's PLD accountant "
+                              "has no such event)")
+        if self.cfg.adaptive_quantile is not None and not self.central:
+            raise ConfigError("privacy.adaptive_quantile: expected null with privacy.mode=local (the adaptive "
+                              "clip's noised count is a central sum)")
+
+    # ------------------------------------------------------------------------------------------ the client side
+    def client_uploads(self, up: dict[str, Tensor], ids: np.ndarray, t: int) -> dict[str, Tensor]:
+        """The uploads of clients ``ids`` as they leave the clients: clipped (and noised, in local mode)."""
+        clip = self.state.clip
+        out, norms = clip_uploads(up, self.names, clip)
+        if self.cfg.adaptive_quantile is not None:
+            self._below += int((norms <= clip).sum())
+        if not self.central:
+            sigma = self.state.accountant.sigma
+            for row, client in enumerate(ids):
+                z = gaussian_like({k: out[k][row] for k in self.names}, self.names, sigma * clip,
+                                  generator(out[self.names[0]].device, self.seed, t, int(client), STREAM_LOCAL))
+                for k in self.names:
+                    out[k][row] += z[k]
+        return out
+
+    # ------------------------------------------------------------------------------------------ the server side
+    def before_exchange(self) -> None:
+        """Adaptive clipping: the round's count of clients within the clip, summed to rank 0 (collective)."""
+        if self.cfg.adaptive_quantile is None:
+            return
+        count = torch.tensor([self._below], dtype=torch.int64, device=self.world.device)
+        self._count, self._below = float(reduce_to_root(self.world, count)), 0
+
+    def server_rule(self, rule: ServerRule, probabilities: np.ndarray | None) -> ServerRule:
+        """``rule`` applied to the noised sum (central mode; rank 0), normalized by the expected cohort under
+        poisson participation (``probabilities``: the round's p_i^t)."""
+        if not self.central:
+            return rule
+
+        def noised(server: dict[str, Tensor], up: dict[str, Tensor], ctx: RoundContext) -> dict[str, Tensor]:
+            m = ctx.num_active
+            if self.sampling == "poisson" and probabilities is not None:
+                m = max(1, round(float(np.sum(probabilities))))
+            sigma, clip = self.update_multiplier(m), self.state.clip
+            device = up[self.names[0]].device
+            z = gaussian_like(up, self.names, sigma * clip, generator(device, self.seed, ctx.round, STREAM_CENTRAL))
+            if self.cfg.adaptive_quantile is not None:
+                self.state.clip = self.next_clip(clip, m, ctx.round)
+            return rule(server, {k: up[k] + z[k] if k in z else up[k] for k in up},
+                        dataclasses.replace(ctx, num_active=m))
+
+        return noised
+
+    def update_multiplier(self, m: int) -> float:
+        """The noise multiplier of the summed update: sigma, or with adaptive clipping
+        sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) (:meth:`count_noise` sigma_b)."""
+        sigma = self.state.accountant.sigma
+        if self.cfg.adaptive_quantile is None or sigma == 0:
+            return sigma
+        return (sigma**-2 - (2 * self.count_noise(m)) ** -2) ** -0.5
+
+    def count_noise(self, m: int) -> float:
+        """sigma_b = max(m / 20, sigma): the paper's m / 20, and never so small that sigma_u has no solution."""
+        return max(m / COUNT_NOISE_SHARE, self.state.accountant.sigma)
+
+    def next_clip(self, clip: float, m: int, t: int) -> float:
+        """C_{t+1} = C_t exp(-eta_C (b_t - gamma)), b_t the noised share of clients within C_t (rank 0)."""
+        noise = float(torch.randn(1, generator=generator(torch.device("cpu"), self.seed, t, STREAM_COUNT),
+                                  dtype=torch.float64)) * self.count_noise(m)
+        share = (self._count + noise) / m
+        return clip * math.exp(-ADAPTIVE_LR * (share - float(self.cfg.adaptive_quantile)))
+
+    def after_exchange(self) -> None:
+        """Adaptive clipping: every rank learns C_{t+1} from rank 0 (collective)."""
+        if self.cfg.adaptive_quantile is None:
+            return
+        clip = torch.tensor([self.state.clip], dtype=torch.float64, device=self.world.device)
+        self.state.clip = float(broadcast_from_root(self.world, clip))
+
+    # ------------------------------------------------------------------------------------------ accounting
+    def record(self, t: int, participants: np.ndarray) -> dict[str, float]:
+        """Round t done with ``participants`` (global ids): the metrics' ``epsilon`` (and ``clip`` when adaptive)."""
+        probabilities = self.participation.probabilities(t)
+        q = float(np.max(probabilities)) if probabilities is not None and len(probabilities) else 1.0
+        self.state.accountant.record(q, participants)
+        out = {"epsilon": self.state.accountant.epsilon()}
+        if self.cfg.adaptive_quantile is not None:
+            out["clip"] = self.state.clip
+        return out
+
+    def over_budget(self, t: int) -> str | None:
+        """The line that stops the run before round t when that round would take epsilon past
+        ``privacy.target_epsilon`` (a relative 1e-9 allows for the calibration's float order), else None."""
+        target = self.cfg.target_epsilon
+        if target is None:
+            return None
+        eps = self.next_epsilon(t)
+        if eps <= target * (1 + BUDGET_SLACK):
+            return None
+        return (f"privacy: round {t + 1} would raise epsilon to {eps:.4g} (delta {self.cfg.delta:g}), past "
+                f"privacy.target_epsilon = {target:g}; stopped after round {t}")
+
+    def next_epsilon(self, t: int) -> float:
+        """Epsilon after round t, before it runs."""
+        probabilities = self.participation.probabilities(t)
+        q = float(np.max(probabilities)) if probabilities is not None and len(probabilities) else 1.0
+        clients = self.participants(t) if self.sampling == "none" else np.zeros(0, dtype=np.int64)
+        return self.state.accountant.epsilon_after_next(q, clients)
+
+    def participants(self, t: int) -> np.ndarray:
+        """The clients of round t, from the planner (a fresh copy of the run's pattern, replayed from round 0
+        when it is past t: a stateful pattern's draws depend on the rounds before), leaving the run's own
+        pattern untouched."""
+        if self.planner.next_round > t:
+            self.planner.reset()
+        while self.planner.next_round < t:
+            self.planner.active(self.planner.next_round)
+        return np.flatnonzero(self.planner.active(t))
+
+    def describe(self) -> str:
+        """The start-up line: mode, sigma (and whether it was calibrated), C, accountant, sampling."""
+        acc = self.state.accountant
+        how = (f" (calibrated for epsilon {self.cfg.target_epsilon:g} at delta {self.cfg.delta:g} over "
+               f"{self.rounds} rounds)") if self.calibrated else ""
+        clip = f"clip {self.cfg.clip:g}" + (f" (adaptive to quantile {self.cfg.adaptive_quantile:g})"
+                                            if self.cfg.adaptive_quantile is not None else "")
+        return (f"privacy {self.cfg.mode}: noise_multiplier {acc.sigma:.6g}{how}, {clip}, {self.cfg.accountant} "
+                f"accountant, {self.sampling.replace('_', ' ')} sampling")
+
+
+def plan(participation: Any, sampling: str, rounds: int, num_clients: int) -> tuple[list[float], int]:
+    """The planned rounds of a fresh copy of the run's pattern, for calibration: each round's worst-client
+    probability (poisson), and the most rounds one client joins (none)."""
+    if sampling == "poisson":
+        return [float(np.max(participation.probabilities(t))) for t in range(rounds)], 0
+    if sampling == "without_replacement":
+        return [1.0] * rounds, 0
+    counts = np.zeros(num_clients, dtype=np.int64)
+    for t in range(rounds):
+        counts += participation.active(t)
+    return [1.0] * rounds, int(counts.max(initial=0))
