@@ -19,7 +19,7 @@ from fmnist_runs import OUT, REPO, load, run_dir
 
 LABELS = ("FedAdamom", "FADAS", "FedAdam", "FedAvgM", "FedAvg")
 FLATNESS_OUT = OUT / "flatness"
-SETTINGS = {"examples": 2000, "rho": (0.01, 0.05, 0.1), "directions": 10, "iterations": 20, "seed": 0}
+SETTINGS = {"examples": 2000, "rho": (0.01, 0.05, 0.1), "directions": 10, "max_hvps": 200, "seed": 0}
 
 
 def _shown(path: Path) -> str:
@@ -39,7 +39,8 @@ def measure(s: dict, out: Path = FLATNESS_OUT) -> dict:
     f = measure_flatness(run_dir(s), **SETTINGS)
     label, _, setting = s["label"].partition(" ")
     record = {"label": label, "setting": setting, "seed": s["seed"], "checkpoint": _shown(Path(f.checkpoint)),
-              "round": f.round, "top_eigenvalue": f.top_eigenvalue, "iterations": f.iterations, "rho": f.rho,
+              "round": f.round, "top_eigenvalue": f.top_eigenvalue, "hvps": f.hvps, "residual": f.residual,
+              "converged": f.converged, "rho": f.rho,
               "loss_increase": f.loss_increase, "loss_increase_std": f.loss_increase_std,
               "train_loss": f.train_loss, "train_accuracy": f.train_accuracy, "test_accuracy": f.test_accuracy,
               "examples": f.examples, "directions": f.directions, "flatness_seed": f.seed,
@@ -68,7 +69,7 @@ def flatness_all(specs: list[dict], out: Path = FLATNESS_OUT, dry_run: bool = Fa
         r = measure(s, out)
         elapsed = time.time() - start
         print(f"[{i}/{len(ready)}] {s['label']} seed {s['seed']}: lambda_max {r['top_eigenvalue']:.4g} "
-              f"({r['iterations']} it.), test acc {r['test_accuracy']:.4f}, {r['wall_s']:.1f}s; "
+              f"({r['hvps']} Hv, residual {r['residual']:.1g}), test acc {r['test_accuracy']:.4f}, {r['wall_s']:.1f}s; "
               f"elapsed {elapsed:.0f}s, ETA {elapsed / i * (len(ready) - i):.0f}s", flush=True)
     for s in ready if dry_run else []:
         print(f"  to measure: {s['label']} seed {s['seed']}")

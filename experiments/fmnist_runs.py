@@ -439,4 +439,7 @@ ALL_STAGES: list[Callable[[], list[dict]]] = [
     fedsum_specs,
     lambda: fedadamom_specs(True, (0.5,)),
     ablation_specs,
+    case2p_constant_specs,  # the claims as the seed states them, then the reconstruction probe
+    family128_specs,
+    probe_specs,
 ]

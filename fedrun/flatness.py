@@ -1,29 +1,42 @@
 """``fedrun flatness RUN``: how flat the training loss is around a checkpoint's global model.
 
-Two measures of the minimum x a run ended at, on a seeded sample of n training examples
+Two measures of the model x a run ended at, on a seeded sample of n training examples
 {(a_j, y_j)}, with the model in evaluation mode (no dropout) and the run's own loss l (cross-entropy, or
 1/2 squared error for regression):
 
     L(x) = (1/n) sum_j l(f(x; a_j), y_j),        H = nabla^2 L(x)  (d x d, never formed)
 
-* **Top Hessian eigenvalue** lambda_max (the sharpness): power iteration on Hessian-vector products,
+* **Top Hessian eigenvalue** lambda_max (the sharpness): Lanczos, ``scipy.sparse.linalg.eigsh`` (ARPACK,
+  implicitly restarted, ``which="LA"``: the largest algebraic eigenvalue, the sharpest direction also away
+  from a minimum) on a ``LinearOperator`` whose matvec is the Hessian-vector product, from a seeded start,
+  with ARPACK's tolerance EIG_TOL and at most ``max_hvps`` products. The answer is then checked on its
+  own: one more product gives the residual
 
-      v_0 = g / ||g||,  g ~ N(0, I_d) seeded;   w_k = H v_{k-1},   lambda_k = v_{k-1}^T w_k,   v_k = w_k / ||w_k||,
+      r = ||H v - lambda v|| / |lambda|     (v the unit Ritz vector),
 
-  stopping at the first k with |lambda_k - lambda_{k-1}| <= tol |lambda_k| or after K iterations. H v is
-  forward-over-reverse differentiation, ``torch.func.jvp`` of ``torch.func.grad`` of L (one gradient's cost
-  about twice, never H itself), over chunks of the sample whose results are summed in float64; the vectors,
-  norms and Rayleigh quotients are float64. Power iteration finds the eigenvalue of largest magnitude:
-  at a minimum (H positive semi-definite) that is the largest one.
-* **Loss increase under random perturbations** of relative radius rho (the "flatness" of the minimum in
-  all directions, not only the sharpest one): for M seeded directions u_m uniform on the unit sphere of
-  R^d (Gaussian vectors normalised),
+  and since H is symmetric some eigenvalue of H lies within ||H v - lambda v|| of lambda: a residual at
+  most RESIDUAL_TOL = 1e-3 means lambda is an eigenvalue to 0.1%. ``converged`` says whether it is
+  (ARPACK stopping short of the cap gives the partial Ritz value, flagged, not an error). H v is
+  forward-over-reverse differentiation, ``torch.func.jvp`` of ``torch.func.grad`` of L (one gradient's
+  cost about twice), over chunks of the sample whose products are summed in float64.
+* **Loss increase under filter-normalized antithetic perturbations** (the flatness in all directions, not
+  only the sharpest one): for M seeded Gaussian directions u_m, each filter-normalized (Li et al. 2018,
+  "Visualizing the loss landscape of neural nets"): for every parameter tensor with two or more axes, each
+  filter (a slice along its first, output axis) of u_m is rescaled to the norm of the same filter of x,
 
-      Delta(rho) = (1/M) sum_m [L(x + rho ||x|| u_m) - L(x)],   std(rho) = sqrt((1/M) sum_m (Delta_m - Delta)^2).
+      d_m[f] = u_m[f] / ||u_m[f]|| * ||x[f]||,     d_m = 0 on one-axis tensors (biases, norm scales),
 
-  The same directions serve every rho. Near a minimum Delta(rho) ~ (rho ||x||)^2 tr(H) / (2 d).
+  so that a layer whose weights a ReLU network's rescaling symmetry multiplies by alpha (and the next
+  divides) gets a direction multiplied by alpha too, and the measure does not change; and antithetic
+  (+d, -d), so that every odd-order term of the Taylor series, the gradient term first, cancels:
 
-Beside them: L(x) and the accuracy on the sample, and the accuracy on the run's pooled test set.
+      Delta_m(rho) = [L(x + rho d_m) + L(x - rho d_m)] / 2 - L(x) = (rho^2 / 2) d_m^T H d_m + O(rho^4),
+      Delta(rho) = (1/M) sum_m Delta_m(rho),   std(rho) = sqrt((1/M) sum_m (Delta_m - Delta)^2).
+
+  The same directions serve every rho. For a quadratic L the first equation is exact at every x.
+
+Beside them: L(x) and the accuracy on the sample, and the accuracy on the run's pooled test set. The top
+eigenvalue is *not* invariant to the rescaling symmetry (H changes with it); the loss increase is.
 
 The sample: n examples drawn uniformly without replacement from the union of every client's training
 examples (the run's own data config and partition), so L estimates the loss over all training data, each
@@ -38,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 from torch import Tensor
 from torch.func import grad, jvp
 
@@ -50,7 +64,9 @@ from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn, loss_for
 
 HVP_CHUNK = 500  # examples per Hessian-vector product pass (bounds the memory of forward-over-reverse)
-TOL = 1e-3  # relative change of the eigenvalue estimate that stops the power iteration
+EIG_TOL = 1e-4  # ARPACK's relative tolerance on the Ritz value
+RESIDUAL_TOL = 1e-3  # the checked residual ||H v - lambda v|| / |lambda| that counts as converged
+LANCZOS_BASIS = 20  # ARPACK's ncv: Lanczos vectors kept between restarts
 
 
 @dataclass
@@ -61,8 +77,10 @@ class Flatness:
     round: int
     examples: int  # n
     seed: int
-    top_eigenvalue: float  # lambda_max of H
-    iterations: int  # power iterations used
+    top_eigenvalue: float  # lambda_max of H (the largest algebraic eigenvalue)
+    hvps: int  # Hessian-vector products Lanczos used (the residual check's one not counted)
+    residual: float  # ||H v - lambda v|| / |lambda|, measured with one more product
+    converged: bool  # residual <= RESIDUAL_TOL
     rho: list[float]
     directions: int  # M
     loss_increase: list[float]  # Delta(rho) per rho
@@ -109,37 +127,86 @@ class SampleLoss:
         return out / len(self.targets)
 
 
-def top_eigenvalue(hvp: Callable[[Tensor], Tensor], dim: int, iterations: int, seed: int,
-                   tol: float = TOL) -> tuple[float, int]:
-    """(lambda, iterations used) of power iteration on ``hvp`` (v -> H v, float64) from a seeded start."""
-    v = torch.from_numpy(np.random.default_rng((seed, 1)).standard_normal(dim))
-    v /= v.norm()
-    estimate = float("nan")
-    for k in range(1, iterations + 1):
-        w = hvp(v)
-        previous, estimate = estimate, float(v @ w)
-        norm = w.norm()
-        if abs(estimate - previous) <= tol * abs(estimate) or norm == 0:
-            return estimate, k
-        v = w / norm
-    return estimate, iterations
+@dataclass(frozen=True)
+class Eigen:
+    """The top eigenvalue Lanczos found, its unit vector, the products it used and the checked residual."""
+
+    value: float
+    vector: np.ndarray
+    hvps: int
+    residual: float
+
+    @property
+    def converged(self) -> bool:
+        return bool(self.residual <= RESIDUAL_TOL)
+
+
+def top_eigenvalue(hvp: Callable[[Tensor], Tensor], dim: int, max_hvps: int, seed: int,
+                   tol: float = EIG_TOL) -> Eigen:
+    """The largest algebraic eigenvalue of the symmetric operator ``hvp`` (v -> H v, float64, ``dim`` >= 2)
+    by ``scipy.sparse.linalg.eigsh`` from a seeded start, and its residual checked with one product more
+    (module docstring). ARPACK counts restarts, not products: it gets max(1, max_hvps // (ncv - 1))
+    restarts of at most ncv - 1 products each, so it uses about ``max_hvps`` products at most (the count
+    used is returned). Running out of restarts gives ARPACK's partial Ritz pair (or the start vector's
+    Rayleigh quotient if it has none), flagged by its residual, not an error."""
+    count = 0
+
+    def matvec(v: np.ndarray) -> np.ndarray:
+        nonlocal count
+        count += 1
+        return hvp(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64).reshape(-1))).numpy()
+
+    operator = LinearOperator((dim, dim), matvec=matvec, dtype=np.float64)
+    start = np.random.default_rng((seed, 1)).standard_normal(dim)
+    ncv = min(dim, LANCZOS_BASIS)
+    try:
+        values, vectors = eigsh(operator, k=1, which="LA", v0=start, ncv=ncv, tol=tol,
+                                maxiter=max(1, max_hvps // max(1, ncv - 1)))
+        value, vector = float(values[0]), vectors[:, 0]
+    except ArpackNoConvergence as exc:
+        value, vector = ((float(exc.eigenvalues[-1]), exc.eigenvectors[:, -1]) if len(exc.eigenvalues)
+                         else (float("nan"), start))
+    used = count
+    vector = vector / np.linalg.norm(vector)
+    hv = hvp(torch.from_numpy(vector.copy())).numpy()
+    if not np.isfinite(value):
+        value = float(vector @ hv)
+    residual = float(np.linalg.norm(hv - value * vector) / abs(value)) if value else float("inf")
+    return Eigen(value=value, vector=vector, hvps=used, residual=residual)
 
 
 def random_directions(dim: int, count: int, seed: int) -> Tensor:
-    """[count, dim] float64: ``count`` seeded directions uniform on the unit sphere of R^dim."""
-    g = torch.from_numpy(np.random.default_rng((seed, 2)).standard_normal((count, dim)))
-    return g / g.norm(dim=1, keepdim=True)
+    """[count, dim] float64: ``count`` seeded standard Gaussian vectors (before filter normalization)."""
+    return torch.from_numpy(np.random.default_rng((seed, 2)).standard_normal((count, dim)))
 
 
-def loss_increase(loss: Callable[[Tensor], float], x: Tensor, rhos: Sequence[float], count: int,
-                  seed: int) -> tuple[list[float], list[float]]:
-    """(Delta(rho), std(rho)) for every rho: the mean and std over ``count`` seeded directions u of
-    L(x + rho ||x|| u) - L(x)."""
-    base, radius = loss(x), float(x.double().norm())
-    us = random_directions(len(x), count, seed)
+def filter_normalize(u: Tensor, x: Tensor, shapes: Sequence[tuple[int, ...]]) -> Tensor:
+    """Li et al.'s filter normalization of the flat direction ``u`` against the flat model ``x`` (parameter
+    tensors of ``shapes`` in order): each filter (first-axis slice) of a tensor with two or more axes gets
+    the norm of x's same filter; one-axis tensors get 0. A zero filter of x gives a zero filter of d."""
+    out = torch.zeros_like(u, dtype=torch.float64)
+    start = 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        if len(shape) >= 2:
+            d = u[start:start + size].double().reshape(shape[0], -1)
+            w = x[start:start + size].double().reshape(shape[0], -1)
+            scale = w.norm(dim=1, keepdim=True) / d.norm(dim=1, keepdim=True).clamp_min(1e-300)
+            out[start:start + size] = (d * scale).reshape(-1)
+        start += size
+    return out
+
+
+def loss_increase(loss: Callable[[Tensor], float], x: Tensor, shapes: Sequence[tuple[int, ...]],
+                  rhos: Sequence[float], count: int, seed: int) -> tuple[list[float], list[float]]:
+    """(Delta(rho), std(rho)) for every rho: the mean and std over ``count`` seeded filter-normalized
+    directions d of the antithetic rise [L(x + rho d) + L(x - rho d)] / 2 - L(x)."""
+    base = loss(x)
+    ds = [filter_normalize(u, x, shapes) for u in random_directions(len(x), count, seed)]
     means, stds = [], []
     for rho in rhos:
-        rises = np.array([loss((x.double() + rho * radius * u).to(x.dtype)) - base for u in us])
+        rises = np.array([(loss((x.double() + rho * d).to(x.dtype)) + loss((x.double() - rho * d).to(x.dtype))) / 2
+                          - base for d in ds])
         means.append(float(rises.mean()))
         stds.append(float(rises.std()))
     return means, stds
@@ -163,7 +230,7 @@ def sample_examples(source: ClientSource, count: int, seed: int) -> tuple[np.nda
 
 
 def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[float] = (0.01, 0.05, 0.1),
-                     directions: int = 10, iterations: int = 20, seed: int = 0) -> Flatness:
+                     directions: int = 10, max_hvps: int = 200, seed: int = 0) -> Flatness:
     """The flatness measures of the global model of ``source`` (a run directory: its newest valid
     checkpoint; or a checkpoint file), on the CPU."""
     saved = read_global_model(source)
@@ -184,11 +251,12 @@ def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[flo
     train = SampleLoss(model, loss_fn, *tensors(*sample_examples(data, examples, seed)))
     test = SampleLoss(model, loss_fn, *tensors(data.task.x_test, data.task.y_test), cfg.eval.batch_size)
     fit = train.per_example(x, classification).double().mean(dim=0)
-    eigenvalue, used = top_eigenvalue(lambda v: train.hvp(x, v), len(x), iterations, seed)
-    means, stds = loss_increase(train.value, x, rho, directions, seed)
+    eig = top_eigenvalue(lambda v: train.hvp(x, v), len(x), max_hvps, seed)
+    means, stds = loss_increase(train.value, x, model.shapes, rho, directions, seed)
     return Flatness(
         checkpoint=str(saved.checkpoint), round=saved.rounds, examples=len(train.targets), seed=seed,
-        top_eigenvalue=eigenvalue, iterations=used, rho=[float(r) for r in rho], directions=directions,
+        top_eigenvalue=eig.value, hvps=eig.hvps, residual=eig.residual, converged=eig.converged,
+        rho=[float(r) for r in rho], directions=directions,
         loss_increase=means, loss_increase_std=stds, train_loss=float(fit[0]),
         train_accuracy=float(fit[1]) if classification else None,
         test_accuracy=float(test.per_example(x, True)[:, 1].double().mean()) if classification else None)
@@ -201,10 +269,12 @@ def format_flatness(f: Flatness) -> str:
 
     lines = [f"flatness of {f.checkpoint} (after round {f.round}; {f.examples} training examples drawn across "
              f"all clients, seed {f.seed}; model in eval mode)",
-             f"  top Hessian eigenvalue   {f.top_eigenvalue:.6g}   (power iteration: {f.iterations} iterations)",
+             f"  top Hessian eigenvalue   {f.top_eigenvalue:.6g}   (Lanczos: {f.hvps} Hessian-vector products, "
+             f"residual {f.residual:.2g}, {'converged' if f.converged else 'NOT converged'} at {RESIDUAL_TOL:g})",
              f"  train loss               {f.train_loss:.6g}   accuracy {pct(f.train_accuracy)} (the sample)",
              f"  test accuracy            {pct(f.test_accuracy)}",
-             f"  loss increase L(x + rho ||x|| u) - L(x), mean and std over {f.directions} random directions u:",
+             f"  loss increase [L(x + rho d) + L(x - rho d)]/2 - L(x), mean and std over {f.directions} "
+             "filter-normalized random directions d:",
              f"  {'rho':>8}  {'mean':>12}  {'std':>12}"]
     lines += [f"  {r:>8g}  {m:>12.6g}  {s:>12.6g}" for r, m, s in zip(f.rho, f.loss_increase, f.loss_increase_std,
                                                                        strict=True)]

@@ -1,6 +1,8 @@
-"""``fedrun flatness``: the top Hessian eigenvalue and the perturbation loss increase against their equations on
-a float64 least-squares problem (H = (1/n) A^T A for the loss 1/2 (a^T x - b)^2), then the command on a real
-two-round CNN run's checkpoint (JSON fields, finite, the same for the same seed) and its bad inputs."""
+"""``fedrun flatness``: the Lanczos top eigenvalue against ``numpy.linalg.eigvalsh`` with its residual check,
+and the filter-normalized antithetic loss increase against its equation, on float64 least-squares problems
+(H = (1/n) A^T A for the loss 1/2 (a^T x - b)^2); the loss increase's invariance to a ReLU network's
+rescaling symmetry; then the command on a real two-round CNN run's checkpoint (JSON fields, finite, the
+same for the same seed) and its bad inputs."""
 
 from __future__ import annotations
 
@@ -14,55 +16,118 @@ import numpy as np
 import pytest
 import torch
 from helpers import REPO, child_env, run_ranks
+from torch import nn
 
 from fedrun.cli import main
-from fedrun.flatness import SampleLoss, loss_increase, random_directions, top_eigenvalue
-from fedrun.models.linear import LinearNoBias
+from fedrun.flatness import (
+    RESIDUAL_TOL,
+    SampleLoss,
+    filter_normalize,
+    loss_increase,
+    random_directions,
+    top_eigenvalue,
+)
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.losses import half_squared_error
+from fedrun.training.losses import cross_entropy, half_squared_error
 
 
-def least_squares(n: int = 40, d: int = 6) -> tuple[SampleLoss, np.ndarray, np.ndarray]:
+class Row(nn.Module):
+    """a -> a^T w with w one filter of shape (1, d): the least-squares model with a filter to normalize."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1, d, dtype=torch.float64))
+
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        return (a @ self.weight.T).squeeze(-1)
+
+
+def least_squares(n: int = 40, d: int = 6, seed: int = 3) -> tuple[SampleLoss, np.ndarray, np.ndarray]:
     """L(x) = (1/n) sum_j 1/2 (a_j^T x - b_j)^2 as a SampleLoss (chunks of 7: several chunks summed), its
     Hessian (1/n) A^T A and its minimiser."""
-    rng = np.random.default_rng(3)
-    a = rng.standard_normal((n, d)) * np.linspace(0.5, 3.0, d)  # a clear gap between the top eigenvalues
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, d)) * np.linspace(0.5, 3.0, d)
     b = rng.standard_normal(n)
-    loss = SampleLoss(FlatModel(LinearNoBias(d).double()), half_squared_error, torch.from_numpy(a),
-                      torch.from_numpy(b), batch_size=7)
+    loss = SampleLoss(FlatModel(Row(d)), half_squared_error, torch.from_numpy(a), torch.from_numpy(b), batch_size=7)
     return loss, a.T @ a / n, np.linalg.lstsq(a, b, rcond=None)[0]
 
 
-def test_top_eigenvalue_is_the_largest_of_numpy_eigvalsh():
-    loss, hessian, x_star = least_squares()
+@pytest.mark.parametrize(("n", "d"), [(40, 6), (300, 120)])
+def test_lanczos_top_eigenvalue_is_the_largest_of_numpy_eigvalsh_with_a_small_residual(n, d):
+    loss, hessian, x_star = least_squares(n, d)
     x = torch.from_numpy(x_star + 1.0)  # H does not depend on x for a quadratic
-    np.testing.assert_allclose(loss.hvp(x, torch.ones(6, dtype=torch.float64)).numpy(), hessian @ np.ones(6),
+    np.testing.assert_allclose(loss.hvp(x, torch.ones(d, dtype=torch.float64)).numpy(), hessian @ np.ones(d),
                                rtol=1e-12)
-    value, used = top_eigenvalue(lambda v: loss.hvp(x, v), 6, iterations=500, seed=0, tol=1e-14)
-    expected = np.linalg.eigvalsh(hessian)[-1]
-    assert abs(value - expected) <= 1e-6 * expected
-    assert 1 < used < 500  # stopped by the relative change, not the iteration cap
-    again = top_eigenvalue(lambda v: loss.hvp(x, v), 6, iterations=500, seed=0, tol=1e-14)
-    assert again == (value, used)
-    capped, used_capped = top_eigenvalue(lambda v: loss.hvp(x, v), 6, iterations=2, seed=0, tol=1e-14)
-    assert used_capped == 2 and capped < expected  # a Rayleigh quotient short of convergence is below lambda_max
+    eig = top_eigenvalue(lambda v: loss.hvp(x, v), d, max_hvps=200, seed=0)
+    values, vectors = np.linalg.eigh(hessian)
+    assert abs(eig.value - values[-1]) <= 1e-6 * values[-1]
+    assert eig.converged and eig.residual <= RESIDUAL_TOL
+    # the residual bounds the distance to H's spectrum, and the vector is the top one's (up to sign)
+    assert np.min(np.abs(values - eig.value)) <= eig.residual * abs(eig.value) + 1e-12
+    assert abs(abs(eig.vector @ vectors[:, -1]) - 1) < 1e-6
+    assert 1 <= eig.hvps <= 200
+    again = top_eigenvalue(lambda v: loss.hvp(x, v), d, max_hvps=200, seed=0)
+    assert (again.value, again.hvps, again.residual) == (eig.value, eig.hvps, eig.residual)
 
 
-def test_loss_increase_at_the_minimum_is_half_r2_uHu_for_the_same_directions():
+def test_lanczos_short_of_products_is_reported_not_converged():
+    # 400 evenly spaced eigenvalues in [0, 1] (relative gap 0.0025 at the top): one restart of 20 Lanczos
+    # vectors does not resolve the top one; the answer comes back flagged, not as an error
+    rng = np.random.default_rng(1)
+    q, _ = np.linalg.qr(rng.standard_normal((400, 400)))
+    h = torch.from_numpy((q * np.linspace(0.0, 1.0, 400)) @ q.T)
+    short = top_eigenvalue(lambda v: h @ v, 400, max_hvps=1, seed=0)
+    assert not short.converged and short.residual > RESIDUAL_TOL and short.value <= 1.0 and short.hvps <= 40
+    full = top_eigenvalue(lambda v: h @ v, 400, max_hvps=2000, seed=0)
+    assert full.converged and abs(full.value - 1.0) <= 1e-3 and full.hvps > short.hvps
+
+
+def test_antithetic_filter_normalized_increase_is_half_rho2_dHd_at_any_point():
     loss, hessian, x_star = least_squares()
-    x = torch.from_numpy(x_star)
+    x = torch.from_numpy(x_star + 0.7)  # away from the minimum: the gradient term cancels between +d and -d
     rhos, count, seed = (0.01, 0.1, 0.5), 7, 4
-    means, stds = loss_increase(loss.value, x, rhos, count, seed)
-    u = random_directions(6, count, seed).numpy()
-    np.testing.assert_allclose(np.linalg.norm(u, axis=1), 1.0, rtol=1e-14)
-    quad = np.einsum("md,de,me->m", u, hessian, u)  # u_m^T H u_m
+    shapes = loss.model.shapes
+    means, stds = loss_increase(loss.value, x, shapes, rhos, count, seed)
+    d = np.stack([filter_normalize(u, x, shapes).numpy() for u in random_directions(6, count, seed)])
+    np.testing.assert_allclose(np.linalg.norm(d, axis=1), np.linalg.norm(x.numpy()), rtol=1e-14)  # one filter
+    quad = np.einsum("md,de,me->m", d, hessian, d)  # d_m^T H d_m
     for rho, mean, std in zip(rhos, means, stds, strict=True):
-        r = rho * np.linalg.norm(x_star)
-        expected = 0.5 * r**2 * quad
+        expected = 0.5 * rho**2 * quad
         np.testing.assert_allclose(mean, expected.mean(), rtol=1e-8)
         np.testing.assert_allclose(std, expected.std(), rtol=1e-6)
-    other, _ = loss_increase(loss.value, x, rhos, count, seed + 1)
+    other, _ = loss_increase(loss.value, x, shapes, rhos, count, seed + 1)
     assert other != means  # another seed draws other directions
+
+
+def test_filter_normalization_gives_each_filter_the_models_norm_and_biases_none():
+    x = torch.arange(1.0, 15.0, dtype=torch.float64)  # a (2, 3) weight, a (2,) bias, a (3, 2) weight
+    shapes = [(2, 3), (2,), (3, 2)]
+    d = filter_normalize(torch.ones(14, dtype=torch.float64), x, shapes)
+    assert torch.allclose(d[:3].norm(), x[:3].norm()) and torch.allclose(d[3:6].norm(), x[3:6].norm())
+    assert torch.all(d[6:8] == 0)
+    for f in range(3):
+        row = slice(8 + 2 * f, 10 + 2 * f)
+        assert torch.allclose(d[row].norm(), x[row].norm()) and torch.allclose(d[row], d[row][0].expand(2))
+
+
+def test_the_loss_increase_is_invariant_to_relu_rescaling_and_the_eigenvalue_is_not():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3)).double()
+    model = FlatModel(net)
+    rng = np.random.default_rng(5)
+    inputs, targets = torch.from_numpy(rng.standard_normal((64, 4))), torch.from_numpy(rng.integers(0, 3, 64))
+    loss = SampleLoss(model, cross_entropy, inputs, targets)
+    x = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    alpha = 3.0  # layer 1 (weight and bias) times alpha, layer 2's weight divided: the same function
+    scaled = torch.cat([alpha * net[0].weight.reshape(-1), alpha * net[0].bias, net[2].weight.reshape(-1) / alpha,
+                        net[2].bias]).detach()
+    assert loss.value(scaled) == pytest.approx(loss.value(x), rel=1e-12)
+    rise, _ = loss_increase(loss.value, x, model.shapes, (0.05, 0.2), 6, 0)
+    rise_scaled, _ = loss_increase(loss.value, scaled, model.shapes, (0.05, 0.2), 6, 0)
+    np.testing.assert_allclose(rise_scaled, rise, rtol=1e-9)
+    top = top_eigenvalue(lambda v: loss.hvp(x, v), len(x), 400, 0).value
+    top_scaled = top_eigenvalue(lambda v: loss.hvp(scaled, v), len(x), 400, 0).value
+    assert abs(top_scaled - top) > 0.1 * top  # the sharpness changes with a reparametrization that changes nothing
 
 
 TINY = ["--config", "configs/quickstart.yaml", "data.num_clients=10", "participation.clients_per_round=3",
@@ -82,16 +147,17 @@ def flatness(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_flatness_of_a_cnn_checkpoint_is_finite_and_repeats_for_the_same_seed(cnn_run):
-    small = ["--examples", "300", "--directions", "3", "--iterations", "5", "--rho", "0.01", "0.1"]
+    small = ["--examples", "300", "--directions", "3", "--max-hvps", "40", "--rho", "0.01", "0.1"]
     first = flatness(str(cnn_run), *small, "--json")
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)
-    assert set(out) == {"checkpoint", "round", "examples", "seed", "top_eigenvalue", "iterations", "rho",
-                        "directions", "loss_increase", "loss_increase_std", "train_loss", "train_accuracy",
-                        "test_accuracy"}
+    assert set(out) == {"checkpoint", "round", "examples", "seed", "top_eigenvalue", "hvps", "residual",
+                        "converged", "rho", "directions", "loss_increase", "loss_increase_std", "train_loss",
+                        "train_accuracy", "test_accuracy"}
     assert out["round"] == 2 and out["examples"] == 300 and out["directions"] == 3 and out["rho"] == [0.01, 0.1]
-    assert out["checkpoint"].endswith("ckpt_00000002.h5") and 1 <= out["iterations"] <= 5
-    numbers = [out["top_eigenvalue"], out["train_loss"], out["train_accuracy"], out["test_accuracy"],
+    assert out["checkpoint"].endswith("ckpt_00000002.h5") and 1 <= out["hvps"] <= 80
+    assert out["converged"] == (out["residual"] <= RESIDUAL_TOL)
+    numbers = [out["top_eigenvalue"], out["residual"], out["train_loss"], out["train_accuracy"], out["test_accuracy"],
                *out["loss_increase"], *out["loss_increase_std"]]
     assert all(math.isfinite(v) for v in numbers)
     assert out["top_eigenvalue"] > 0 and 0 <= out["train_accuracy"] <= 1 and 0 < out["test_accuracy"] <= 1
@@ -111,7 +177,8 @@ def test_flatness_of_a_cnn_checkpoint_is_finite_and_repeats_for_the_same_seed(cn
     (["{run}", "--examples", "0"], "--examples"),
     (["{run}", "--rho", "nan"], "--rho"),
     (["{run}", "--rho", "-0.1"], "--rho"),
-    (["{run}", "--iterations", "2.5"], "--iterations"),
+    (["{run}", "--max-hvps", "2.5"], "--max-hvps"),
+    (["{run}", "--iterations", "0"], "--iterations"),  # the old name of --max-hvps
     (["{run}", "--directions", "x"], "--directions"),
     (["{run}", "--seed", "-1"], "--seed"),
     (["{unbuildable}"], "model.name"),
@@ -160,7 +227,7 @@ def test_the_fmnist_flatness_step_measures_trained_runs_once_and_lists_the_rest(
     import fmnist_flatness
 
     monkeypatch.setattr(fmnist_flatness, "SETTINGS", {"examples": 200, "rho": (0.05,), "directions": 2,
-                                                      "iterations": 3, "seed": 0})
+                                                      "max_hvps": 40, "seed": 0})
     summaries = tmp_path / "summaries"
     summaries.mkdir()
     (summaries / "FedAvg_s0.json").write_text('{"finite": true}\n')
@@ -182,8 +249,9 @@ def test_the_fmnist_flatness_step_measures_trained_runs_once_and_lists_the_rest(
     assert "no runs of FedAdamom yet" in text and "[1/1] FedAvg global_lr=1.0 seed 0" in text
     assert sorted(p.name for p in out.iterdir()) == ["FedAvg_s0.json"]
     record = json.loads((out / "FedAvg_s0.json").read_text())
-    assert {"label", "seed", "top_eigenvalue", "iterations", "rho", "loss_increase", "loss_increase_std",
-            "train_loss", "train_accuracy", "test_accuracy", "examples", "directions"} <= set(record)
+    assert {"label", "seed", "top_eigenvalue", "hvps", "residual", "converged", "rho", "loss_increase",
+            "loss_increase_std", "train_loss", "train_accuracy", "test_accuracy", "examples",
+            "directions"} <= set(record)
     assert record["label"] == "FedAvg" and record["setting"] == "global_lr=1.0" and record["examples"] == 200
     assert record["rho"] == [0.05] and len(record["loss_increase"]) == 1 and math.isfinite(record["top_eigenvalue"])
     before = (out / "FedAvg_s0.json").read_bytes()
