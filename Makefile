@@ -13,18 +13,25 @@ PYTEST_ARGS ?=
 
 venv: $(VENV)/.installed
 
+# one line per step and pip's own progress: the first install takes minutes
 $(VENV)/.installed: setup.cfg pyproject.toml
+	@echo "make: step 1/4: the virtual environment $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[mpich,test,tensorboard,mlflow]"
+	@echo "make: step 2/4: pip itself"
+	$(PY) -m pip install --progress-bar on --upgrade pip
+	@echo "make: step 3/4: torch ($(TORCH), kept when one is installed)"
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --progress-bar on "$(TORCH)"
+	@echo "make: step 4/4: fedrun and its extras (mpich, test, tensorboard, mlflow)"
+	$(PY) -m pip install --progress-bar on -e ".[mpich,test,tensorboard,mlflow]"
 	touch $@
 
 # run it again: it says the run is finished (or resumes a stopped one); DEMO_ARGS adds overrides, e.g. run.dir=...
+# the launcher ignores SIGHUP (a closed terminal), so that the ranks, which get it too, stop after the round
+# with a checkpoint (docs/reliability.md); without the trap mpiexec.gforker dies of it and leaves them running
 DEMO_ARGS ?=
 demo: venv
-	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 UCX_NET_DEVICES=lo mpiexec.gforker -n $(RANKS) $(PY) -m fedrun train --config configs/quickstart.yaml \
-		--resume auto $(DEMO_ARGS)
+	trap '' HUP; PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 UCX_NET_DEVICES=lo mpiexec.gforker -n $(RANKS) $(PY) -m fedrun train \
+		--config configs/quickstart.yaml --resume auto $(DEMO_ARGS)
 
 test: venv
 	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)

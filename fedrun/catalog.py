@@ -70,6 +70,8 @@ DATASETS = {
     "tiny_imagenet": "Tiny-ImageNet-200 under data.root",
     "femnist": "LEAF FEMNIST JSON under data.root (natural clients: writers)",
     "shakespeare": "LEAF Shakespeare JSON under data.root (natural clients: roles)",
+    "synthetic_fedprox": "Synthetic(alpha, beta) of FedProx, generated per client on demand (millions of clients)",
+    "federated_h5": "per-client HDF5 files in TensorFlow Federated's layout, read per client on demand",
 }
 
 SECTIONS = {"algorithms (algorithm.name)": ALGORITHMS,

@@ -9,13 +9,16 @@ prints
 * for the newest checkpoint round both runs have: every server and client dataset that differs, with
   its largest absolute difference and that relative to the dataset's largest magnitude.
 
-Exit status 0 when the runs are identical (the same rounds, fingerprints and checkpointed state), 1 when
-they differ, 2 for bad input (one line). The configs are information only: a run resumed with an
-accepted change or on another number of ranks may still be identical.
+Exit status 0 when the runs are identical (the same rounds, fingerprints and checkpointed state), 1 when they
+differ, 2 for bad input (one line). Runs of different lengths whose common rounds agree are reported as such
+("identical through round 17"): one is a prefix of the other (a run cut short, or one still going); a run
+whose directory is locked by a live process is marked as still in progress. The configs are information only:
+a run resumed with an accepted change or on another number of ranks may still be identical.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,9 @@ def compare_runs(a: Path, b: Path) -> tuple[list[str], bool]:
     lines = [f"config: {line}" for line in _config_diff(_config(a), _config(b))]
     identical = True
     ra, rb = records[a], records[b]
+    for run in (a, b):
+        if in_progress(run):
+            lines.append(f"{run}: still in progress (a live run holds {run / '.lock'}); compared as far as it got")
     if len(ra) != len(rb):
         identical = False
         lines.append(f"rounds: {a} has {len(ra)}, {b} has {len(rb)}")
@@ -54,8 +60,32 @@ def compare_runs(a: Path, b: Path) -> tuple[list[str], bool]:
         lines.append(f"checkpoint after round {common[-1]}: "
                      + (f"{len(differ)} dataset(s) differ" if differ else "every dataset identical"))
         lines += [f"  {line}" for line in differ]
-    lines.append("identical" if identical else "the runs differ")
+    common_rounds = min(len(ra), len(rb))
+    if identical:
+        lines.append("identical")
+    elif first is None and len(ra) != len(rb) and common_rounds and not (common and differ):
+        shorter = a if len(ra) < len(rb) else b
+        through = (ra if len(ra) < len(rb) else rb)[-1].get("round", common_rounds)
+        lines.append(f"identical through round {through}: {shorter} is a prefix of the other run "
+                     f"({max(len(ra), len(rb))} rounds)")
+    else:
+        lines.append("the runs differ")
     return lines, identical
+
+
+def in_progress(run: Path) -> bool:
+    """Whether a live fedrun run holds ``run/.lock`` (fedrun.api.lock_run_dir)."""
+    lock = run / ".lock"
+    if not lock.is_file():
+        return False
+    try:
+        with open(lock) as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _records(run: Path) -> list[dict[str, Any]]:

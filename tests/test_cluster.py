@@ -366,7 +366,7 @@ def test_local_executor_sweep_skips_finished_runs(tmp_path, monkeypatch):
     assert [r["round"] for r in rows(jobs[0][0].dir)] == [1, 2, 3, 4]
     lines = []
     assert submit_sweep(load_sweep(path), executor="local", out=lines.append) == []
-    assert "nothing to submit" in lines[0] and "'done': 2" in lines[0]
+    assert "nothing to submit" in lines[0] and "2 done" in lines[0]
 
 
 def test_wait_shows_progress_and_the_error_line_of_a_failed_task(tmp_path, monkeypatch, capsys):

@@ -7,6 +7,11 @@ from typing import Literal
 
 import numpy as np
 
+# what a resident dataset refused for its number of clients is told (docs/scale.md)
+ON_DEMAND_HINT = ("for more clients than a resident dataset holds use an on-demand dataset, which reads each "
+                  "round's clients only: data.name=synthetic_fedprox, or federated_h5 for per-client HDF5 files "
+                  "(docs/scale.md)")
+
 
 @dataclass
 class TaskData:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrun.config import DataConfig
-from fedrun.data.dataset import TaskData
+from fedrun.data.dataset import ON_DEMAND_HINT, TaskData
 from fedrun.data.hashing import hash_keys
 from fedrun.errors import ConfigError, DataError, brief
 
@@ -119,8 +119,8 @@ def partition(task: TaskData, cfg: DataConfig, seed: int) -> list[np.ndarray]:
     if cfg.partition not in PARTITIONERS:
         raise ConfigError(f"data.partition: expected one of {', '.join(PARTITIONERS)}, got {brief(cfg.partition)}")
     if cfg.num_clients > len(task.y_train):
-        raise DataError(f"data.num_clients={cfg.num_clients}: more clients than the "
-                        f"{len(task.y_train)} training examples")
+        raise DataError(f"data.num_clients={cfg.num_clients}: more clients than the {len(task.y_train)} training "
+                        f"examples of data.name={task.name}; {ON_DEMAND_HINT}")
     parts = PARTITIONERS[cfg.partition](task, cfg, seed)
     if min(len(p) for p in parts) == 0:
         raise DataError(f"data.partition={cfg.partition}: a client received no examples")

@@ -18,6 +18,7 @@ import math
 import os
 
 from fedrun.config import Config
+from fedrun.data.dataset import ON_DEMAND_HINT
 from fedrun.data.synthetic_fedprox import MIN_EXAMPLES
 from fedrun.errors import ConfigError
 
@@ -127,8 +128,10 @@ def check_memory(cfg: Config, available: int | None = None, extra: list[tuple[st
     total = sum(size for _, size in plans)
     if total > available:
         fields, size = max(plans, key=lambda plan: plan[1])
+        hint = f"; {ON_DEMAND_HINT}" if "data.num_clients" in fields and cfg.data.name not in ON_DEMAND_NAMES else ""
         raise ConfigError(f"{fields}: the run would allocate at least {_gib(total)} ({_gib(size)} of it for them), "
-                          f"more than the {_gib(available)} of memory available on this node; expected smaller sizes")
+                          f"more than the {_gib(available)} of memory available on this node; expected smaller "
+                          f"sizes{hint}")
 
 
 def _gib(n: int) -> str:

@@ -289,8 +289,11 @@ def submit_sweep(spec: SweepSpec, executor: str = "slurm", dry_run: bool = False
     runs = spec.runs()
     status = {run.name: (run_status(run) if run.dir.exists() else "new") for run in runs}
     todo = [run for run in runs if status[run.name] not in ("done", "queued")]
-    if validate:
-        problems = validate_runs(spec, todo)  # index i in todo = array index i of the submission
+    if validate and todo:
+        started = time.monotonic()
+        out(f"fedrun sweep: checking {len(todo)} run(s) before submitting (config, then model and data)")
+        problems = validate_runs(spec, todo, progress=out)  # index i in todo = array index i of the submission
+        out(f"fedrun sweep: checked {len(todo)} run(s) in {time.monotonic() - started:.1f} s")
         if problems:
             raise SweepTaskError(problems)
     if dry_run:
@@ -305,7 +308,7 @@ def submit_sweep(spec: SweepSpec, executor: str = "slurm", dry_run: bool = False
         if status[run.name] in ("done", "queued"):
             skipped[status[run.name]] = skipped.get(status[run.name], 0) + 1
     if not todo:
-        out(f"nothing to submit: {skipped} ({spec.root})")
+        out(f"nothing to submit: {_counted(skipped)} ({spec.root})")
         return []
     config = base_config_path(spec)
     r = spec.resources
@@ -325,8 +328,13 @@ def submit_sweep(spec: SweepSpec, executor: str = "slurm", dry_run: bool = False
              "logs": str(job.paths.stdout), "errors": str(job.paths.stderr)}) + "\n")
     resumed = sum(status[run.name] == "partial" for run in todo)
     out(f"submitted {len(jobs)} runs ({resumed} resuming) as {executor} job {jobs[0].job_id.split('_')[0]}"
-        f"; skipped {skipped or 'none'}; sweep dir {spec.root}")
+        f"; skipped {_counted(skipped)}; sweep dir {spec.root}")
     return list(zip(todo, jobs, strict=True))
+
+
+def _counted(counts: dict[str, int]) -> str:
+    """``2 done, 1 queued`` (``none`` when empty)."""
+    return ", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "none"
 
 
 # ----------------------------------------------------------------------------------------------- wait

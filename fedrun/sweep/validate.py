@@ -16,8 +16,9 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fedrun.sweep.spec import RunSpec
 
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 _FIELD = re.compile(r"^([A-Za-z_][\w.]*)(?:\[\d+\])*\s*[:=]")
 
 
-def validate_runs(spec: SweepSpec, runs: list[RunSpec]) -> list[str]:
-    """One line per invalid task of ``runs`` (in array order: index i is array element i), else []."""
+def validate_runs(spec: SweepSpec, runs: list[RunSpec], progress: Callable[[str], Any] | None = None) -> list[str]:
+    """One line per invalid task of ``runs`` (in array order: index i is array element i), else [].
+    ``progress(line)``: told before each model/data check (each loads a dataset: seconds to minutes)."""
     from fedrun.config import apply_override, config_from_dict, load_config
     from fedrun.errors import ConfigError, DataError
     from fedrun.preflight import check_model_fits_data
@@ -51,6 +53,9 @@ def validate_runs(spec: SweepSpec, runs: list[RunSpec]) -> list[str]:
             continue
         key = json.dumps([cfg.model.name, asdict(cfg.data)], sort_keys=True, default=str)
         if key not in checked:
+            if progress is not None:
+                progress(f"fedrun sweep: checking run {index + 1}/{len(runs)} ({run.name}): model "
+                         f"{cfg.model.name} on data {cfg.data.name}")
             try:
                 check_model_fits_data(cfg)
                 checked[key] = None
