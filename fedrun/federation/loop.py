@@ -166,8 +166,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
                     saved = t + 1
                     runtime.checkpoint_written(t + 1, path, time.perf_counter() - started)
                     if stop:
-                        raise RunInterrupted(f"stopped by {signals.signal_name or 'a stop request'} after round "
-                                             f"{t + 1}; checkpoint {path}; resume with {argument('resume', 'auto')}")
+                        raise RunInterrupted(f"stopped by {_stopped_by(signals.signal_name, t + 1)}; checkpoint "
+                                             f"{path}; resume with {argument('resume', 'auto')}")
                 if halted:
                     if world.is_root:
                         kept = f"checkpoint {path}; resume with {argument('resume', 'auto')}" if run_dir else \
@@ -186,6 +186,14 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
     runtime.finish()
     return _result(setup, state, cfg, rounds_run=state.next_round - first,
                    stopped=state.next_round < cfg.run.rounds)  # by the callback
+
+
+def _stopped_by(name: str, done: int) -> str:
+    """``a signal after round 12 (SIGTERM)``, or for a request that is not a signal ``a closed stdout after
+    round 12``; ``name``: rank 0's :attr:`StopSignals.signal_name` (empty when another rank had the signal)."""
+    if name and not name.startswith("SIG"):
+        return f"{name} after round {done}"
+    return f"a signal after round {done}" + (f" ({name})" if name else "")
 
 
 class SlowWriteNotice:
