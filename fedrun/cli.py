@@ -48,13 +48,12 @@ def _note_repeats(overrides: list[str]) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fedrun.errors import spell_for_command_line
+    from fedrun.errors import command_line_spelling
     from fedrun.runtime.signals import StopSignals
 
-    spell_for_command_line()  # messages name --resume auto, not the API's resume="auto"
-
-    # before torch is imported: a signal during start-up ends it at once (exit status 75, nothing written)
-    with StopSignals(announce=_launcher_rank() == 0, starting=True) as signals:
+    # messages name --resume auto, not the API's resume="auto"; before torch is imported: a signal during
+    # start-up ends it at once (exit status 75, nothing written)
+    with command_line_spelling(), StopSignals(announce=_launcher_rank() == 0, starting=True) as signals:
         from fedrun.api import run
         from fedrun.config import load_config
 

@@ -110,12 +110,18 @@ def writing(path: Any) -> Iterator[None]:
                          "intact") from None
 
 
-_COMMAND_LINE = [False]  # set by ``fedrun train``: messages spell arguments as its flags
+_COMMAND_LINE = [False]  # inside ``fedrun train``: messages spell arguments as its flags
 
 
-def spell_for_command_line() -> None:
-    """From now on :func:`argument` spells arguments as ``fedrun train``'s flags (the CLI calls this)."""
-    _COMMAND_LINE[0] = True
+@contextmanager
+def command_line_spelling() -> Iterator[None]:
+    """While inside, :func:`argument` spells arguments as ``fedrun train``'s flags (the CLI's train command
+    runs in it; a notebook calling the CLI's main and then ``fedrun.run`` gets each its own spelling)."""
+    before, _COMMAND_LINE[0] = _COMMAND_LINE[0], True
+    try:
+        yield
+    finally:
+        _COMMAND_LINE[0] = before
 
 
 def argument(name: str, value: str | tuple[str, ...] | None = None) -> str:
@@ -208,6 +214,18 @@ def require(ok: bool, name: str, expected: str, got: Any) -> None:
     """Raise ``ConfigError("name: expected ..., got ...")`` unless ``ok``; used by every ``check``."""
     if not ok:
         raise ConfigError(f"{name}: expected {expected}, got {brief(got)}")
+
+
+PATH_MAX, NAME_MAX = 4096, 255  # Linux's bounds on a path and on one of its names, in bytes
+
+
+def require_path(name: str, value: str) -> None:
+    """Refuse a path the operating system would refuse later with a traceback (``File name too long``):
+    more than PATH_MAX bytes in all, or a name between slashes over NAME_MAX bytes."""
+    raw = value.encode("utf-8", "surrogateescape")
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    require(len(raw) < PATH_MAX and longest <= NAME_MAX, name, f"a path of at most {PATH_MAX - 1} bytes whose "
+            f"names are at most {NAME_MAX} bytes each ({len(raw)} bytes, longest name {longest})", value)
 
 
 def require_file(path: str | Path, expected: str, error: type[Exception] = DataError) -> Path:

@@ -189,11 +189,9 @@ def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True
 
 
 def _stopped_by(name: str, done: int) -> str:
-    """``a signal after round 12 (SIGTERM)``, or for a request that is not a signal ``a closed stdout after
-    round 12``; ``name``: rank 0's :attr:`StopSignals.signal_name` (empty when another rank had the signal)."""
-    if name and not name.startswith("SIG"):
-        return f"{name} after round {done}"
-    return f"a signal after round {done}" + (f" ({name})" if name else "")
+    """``a signal after round 12``, or for a request that is not a signal ``a closed stdout after round 12``;
+    ``name``: rank 0's :attr:`StopSignals.signal_name` (empty when another rank had the signal)."""
+    return f"{name if name and not name.startswith('SIG') else 'a signal'} after round {done}"
 
 
 class SlowWriteNotice:
