@@ -100,3 +100,33 @@ def test_the_committed_claims_file_is_what_the_committed_run_files_give():
     assert all(len(e["a"]) == len(e["b"]) == 10 for e in committed)
     page = (claims.REPO / "docs" / "results.md").read_text()
     assert claims.render(committed, not_run).strip() in page
+
+
+def test_the_stages_for_the_claims_as_stated_resolve_to_valid_configs():
+    """case2p_constant, family128 and probe: every run's base config plus overrides is a valid config
+    with the conditions its claim states (read, not run)."""
+    import fmnist_runs as fr
+
+    from fedrun.config import apply_override, config_from_dict
+
+    def cfg(s: dict):
+        d = fr.base_config(fr.REPO / s["base"])
+        for item in s["overrides"]:
+            apply_override(d, item)
+        return config_from_dict(d)
+
+    for s in fr.case2p_constant_specs():
+        c = cfg(s)
+        assert (c.local.lr, c.local.lr_schedule, c.algorithm.hparams.global_lr) == (0.01, "constant", 1.0)
+        assert c.participation.pattern == "bernoulli" and c.participation.probability in fr.CASE2_PROBABILITIES
+    for s in fr.family128_specs():
+        c = cfg(s)
+        assert (c.local.batch_size, c.local.lr, c.local.lr_schedule) == (128, 0.1, "constant")
+    arms = {}
+    for s in fr.probe_specs():
+        c = cfg(s)
+        arms[s["label"]] = (c.data.num_clients, c.local.steps, c.local.batch_size, c.local.lr,
+                            c.algorithm.hparams.global_lr, getattr(c.algorithm.hparams, "skip_empty_rounds", None))
+    assert arms == {"FedSUM no-K": (20, 5, 32, 0.3, 0.2, False), "FedSUM skip-empty": (20, 5, 32, 0.3, 1.0, True),
+                    "FedSUM N=100": (100, 5, 32, 0.3, 1.0, False), "MIFA N=100": (100, 5, 32, 0.3, 1.0, None)}
+    assert len(fr.case2p_constant_specs()) == 50 and len(fr.family128_specs()) == 90 and len(fr.probe_specs()) == 80
