@@ -190,3 +190,20 @@ def test_auto_store_takes_disk_when_dense_checkpoints_would_dwarf_the_rows_a_run
     small = StorePlan(rows=1_000, dim=610, vectors=1, scalars=0, itemsize=4, touched_rows=50)
     assert choose("auto", small, tmp_path, available=16 * 2**30)[0] == "memory"
     assert Path(tmp_path).is_dir()
+
+
+def test_a_slow_checkpoint_write_says_so_and_then_how_long_it_took(capsys, monkeypatch):
+    """The notice around a checkpoint write on rank 0: nothing for a quick write; for one past AFTER_S (3 s,
+    here 0.05 s) a line while it is written and one with its duration after."""
+    from fedrun.federation.loop import SlowWriteNotice
+    from fedrun.runtime.signals import StopSignals
+
+    monkeypatch.setattr(SlowWriteNotice, "AFTER_S", 0.05)
+    with SlowWriteNotice(10, True, StopSignals()):
+        pass
+    assert capsys.readouterr().out == ""
+    with SlowWriteNotice(20, True, StopSignals()):
+        time.sleep(0.5)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "fedrun: writing the checkpoint after round 20 (started 0.05 s ago) ..."
+    assert lines[1].startswith("fedrun: checkpoint after round 20 written in 0.") and lines[1].endswith(" s")
