@@ -1,6 +1,6 @@
 """fedrun on a benchmark workload, printing the same JSON result line as the other systems.
 
-    python bench/fedrun_side.py --workload W1 --ranks 2 [--strategy auto|fastest|sequential|channels_last|vmap]
+    python bench/fedrun_side.py --workload W1 --ranks 2 [--strategy auto|fastest|sequential|channels_last|vmap|batched]
 
 The workload's arrays go to fedrun as an ``arrays`` .npz (clients = the ``groups`` natural partition),
 the shared cohort schedule as a participation trace, batches in stored order (``local.shuffle=false``)
@@ -46,7 +46,7 @@ def prepare(wl: workloads.Workload, partition: str) -> tuple[Path, Path]:
 def main() -> None:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=1)
-    p.add_argument("--strategy", default="auto", choices=["auto", "fastest", "sequential", "channels_last", "vmap"])
+    p.add_argument("--strategy", default="auto", choices=["auto", "fastest", "sequential", "channels_last", "vmap", "batched"])
     args = p.parse_args()
     wl = workloads.get_workload(args.workload, **overrides(args))
     npz, trace = prepare(wl, args.partition)

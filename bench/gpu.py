@@ -7,10 +7,14 @@ it runs, each part timed and printed as soon as it ends:
 
 1. NCCL: a one-rank NCCL process group and fedrun's own reduce and broadcast of a flat round buffer
    on the GPU (one GPU cannot host two NCCL ranks, so the group has one member).
-2. Strategies: ``local.strategy=fastest``'s start-up timings of sequential, channels_last and vmap for the
+2. Strategies: ``local.strategy=fastest``'s start-up timings of sequential, channels_last, vmap and batched for the
    FedSUM CNNs (MNIST, SVHN, CIFAR-10 shapes) and ResNet-18 (GroupNorm), 16 clients, batch 32.
 3. W1 on ResNet-18: FedAvg, 1000 clients of 50 CIFAR-shaped synthetic examples, cohort 50, 5 steps of
    batch 10 (as W1), one rank, each strategy forced: median s/round over rounds 3..end.
+4. Batched: the ``batched`` strategy's chunk-position invariance on the GPU (a client alone against the
+   same client first, in the middle and last of a chunk, bit for bit) and its speed against
+   ``sequential`` for cnn_femnist, lstm_shakespeare_unrolled, cnn_cifar10 and resnet18: one chunk of 64
+   clients, 5 steps of batch 10, timed in turns (``bench/batched.py``), deterministic CUDA kernels on.
 
 It prints a markdown table per part and writes ``DIR/gpu.json`` (every number) and ``DIR/gpu.md`` (the
 tables, with the device and the date) for bench/RESULTS.md. ``--quick`` shrinks every size so that the
@@ -32,11 +36,12 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.batched import compare  # noqa: E402
 from fedrun.api import run as fedrun_run  # noqa: E402
 from fedrun.config import load_config  # noqa: E402
 from fedrun.federation.build import build  # noqa: E402
 from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root  # noqa: E402
-from fedrun.runtime.world import World  # noqa: E402
+from fedrun.runtime.world import World, deterministic_cuda  # noqa: E402
 
 MODELS = [("cnn_mnist", [1, 28, 28]), ("cnn_svhn", [3, 32, 32]), ("cnn_cifar10", [3, 32, 32]),
           ("resnet18", [3, 32, 32])]
@@ -100,7 +105,7 @@ def w1_resnet(device: torch.device, quick: bool) -> list[dict]:
             "eval": {"every": rounds}}
     world = World(rank=0, size=1, local_rank=0, device=device, backend="none")
     out = []
-    for strategy in ("sequential", "channels_last", "vmap"):
+    for strategy in ("sequential", "channels_last", "vmap", "batched"):
         cfg = {**base, "local": {**base["local"], "strategy": strategy}}
         start = time.perf_counter()
         result = fedrun_run(cfg, world=world, write_files=False)
@@ -114,6 +119,18 @@ def w1_resnet(device: torch.device, quick: bool) -> list[dict]:
     return out
 
 
+def batched_blocks(device: torch.device, quick: bool) -> list[dict]:
+    names = ["logistic", "lstm_shakespeare_unrolled"] if quick else \
+        ["cnn_femnist", "lstm_shakespeare_unrolled", "cnn_cifar10", "resnet18"]
+    out = []
+    for name in names:
+        row = compare(name, 20 if quick else 64, 2 if quick else 5, 10, 1 if quick else 3, device)
+        row = {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
+        out.append(row)
+        print(f"batched {row}", flush=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/gpu")
@@ -124,20 +141,26 @@ def main() -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("bench/gpu.py: --device cuda but torch sees no CUDA device")
     torch.set_num_threads(1 if device.type == "cpu" else torch.get_num_threads())
+    if device.type == "cuda":
+        deterministic_cuda()  # as a run on the GPU (fedrun.runtime.world)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     report: dict = {"date": datetime.date.today().isoformat(), "device": name, "torch": torch.__version__}
     print(f"bench/gpu.py on {name}, torch {torch.__version__}", flush=True)
     report["collectives"] = check_nccl(device)
     print(f"collectives: {report['collectives']}", flush=True)
     report["strategies"] = strategy_timings(device, args.quick)
+    report["batched"] = batched_blocks(device, args.quick)
     report["w1_resnet18"] = w1_resnet(device, args.quick)
     md = [f"## {report['date']}, GPU check on {name} (torch {report['torch']}, `python3 bench/gpu.py`)", "",
           table(["backend", "floats", "reduce + broadcast s", "buffer unchanged"],
                 [[c["backend"], c["floats"], c["seconds"], c["unchanged"]] for c in [report["collectives"]]]), "",
-          table(["model", "d", "sequential s", "channels_last s", "vmap s", "auto picks"],
+          table(["model", "d", "sequential s", "channels_last s", "vmap s", "batched s", "fastest picks"],
                 [[s["model"], s["dim"], *(s["timings_s"].get(k, "n/a") for k in
-                                          ("sequential", "channels_last", "vmap")), s["chosen"]]
+                                          ("sequential", "channels_last", "vmap", "batched")), s["chosen"]]
                  for s in report["strategies"]]), "",
+          table(["model", "d", "clients", "sequential s", "batched s", "sequential / batched", "position-exact"],
+                [[r["model"], r["dim"], r["clients"], r["sequential_s"], r["batched_s"],
+                  r["sequential_over_batched"], r["exact"]] for r in report["batched"]]), "",
           table(["W1 model", "strategy", "median s/round", "total s", "test accuracy"],
                 [[r["model"], r["strategy"], r["s_per_round_median"], r["total_s"], r["test_accuracy"]]
                  for r in report["w1_resnet18"]])]

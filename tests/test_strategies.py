@@ -1,5 +1,5 @@
-"""Local-training strategies (fedrun.training.strategy, gradients): sequential, channels_last and vmap
-compute the same training, `auto` takes the neighbour-independent one, `fastest` times the
+"""Local-training strategies (fedrun.training.strategy, gradients): sequential, channels_last, vmap and batched
+compute the same training, `auto` takes the fastest exact one, `fastest` times the
 applicable ones, and forcing one that does not apply is a
 one-line config error."""
 
@@ -45,28 +45,28 @@ def test_channels_last_and_vmap_train_like_the_plain_loop(model):
     base = with_sections(CNN, model={"name": model}, data=MNIST_SHAPE if model == "cnn_mnist" else {})
     plain = run(base, local={"strategy": "sequential"})
     init = run(base, local={"strategy": "sequential", "lr": 0.0})
-    others = ["channels_last"] if model == "cnn_mnist" else ["channels_last", "vmap"]
+    others = ["channels_last"] if model == "cnn_mnist" else ["channels_last", "vmap", "batched"]
     for strategy in others:
         x = run(base, local={"strategy": strategy}).x
         np.testing.assert_allclose(x, plain.x, rtol=0, atol=1e-10, err_msg=strategy)
     assert np.abs(plain.x - init.x).max() > 1e-3  # training moved the model
 
 
-def test_auto_takes_the_neighbour_independent_strategy_of_the_model():
+def test_auto_takes_the_fastest_exact_strategy_of_the_model():
     cnn = federation(CNN)
     assert cnn.strategy == "channels_last" and cnn.strategy_timings == {}
-    assert federation(with_sections(CNN, model={"name": "logistic"})).strategy == "sequential"
+    assert federation(with_sections(CNN, model={"name": "logistic"})).strategy == "batched"
 
 
 def test_fastest_times_the_applicable_strategies_and_keeps_the_fastest():
     cnn = federation(with_sections(CNN, local={"strategy": "fastest"}))
-    assert set(cnn.strategy_timings) == {"sequential", "channels_last", "vmap"}
+    assert set(cnn.strategy_timings) == {"sequential", "channels_last", "vmap", "batched"}
     assert cnn.strategy == min(cnn.strategy_timings, key=cnn.strategy_timings.get)
     dropout = federation(with_sections(CNN, model={"name": "cnn_mnist"}, data=MNIST_SHAPE,
                                        local={"strategy": "fastest"}))
     assert set(dropout.strategy_timings) == {"sequential", "channels_last"}  # no vmap with dropout
     flat = federation(with_sections(CNN, model={"name": "logistic"}, local={"strategy": "fastest"}))
-    assert set(flat.strategy_timings) == {"sequential", "vmap"}  # no kernels to reorder
+    assert set(flat.strategy_timings) == {"sequential", "vmap", "batched"}  # no kernels to reorder
 
 
 @pytest.mark.parametrize("strategy", ["sequential", "channels_last"])

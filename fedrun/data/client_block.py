@@ -35,6 +35,7 @@ class Batches:
     steps: np.ndarray  # [C] local steps of each client
     x: Tensor  # the examples ``index`` points into (the resident block, or the planned clients')
     y: Tensor
+    slots: int  # B' = min(B, largest n_i of the federation): the width every batched call pads a step to
 
 
 class ClientBlock:
@@ -115,4 +116,5 @@ class ClientBlock:
         sizes = mask.sum(axis=-1)
         return Batches(index=torch.from_numpy(rows).to(self.device),
                        mask=torch.from_numpy(np.array(mask)).to(self.device),
-                       sizes=torch.from_numpy(sizes).to(self.device), steps=k_i, x=x, y=y)
+                       sizes=torch.from_numpy(sizes).to(self.device), steps=k_i, x=x, y=y,
+                       slots=int(min(batch_size, self.source.num_examples.max())))

@@ -107,10 +107,22 @@ class World:
         self.store = None
 
 
+def deterministic_cuda() -> None:
+    """Deterministic CUDA kernels, which exact batched training needs (docs/design.md): cuDNN's deterministic
+    algorithms without benchmarking, and torch's deterministic mode (ops without a deterministic kernel
+    warn). cuBLAS is deterministic only with CUBLAS_WORKSPACE_CONFIG=:4096:8 (or :16:8) set before its
+    first call; fedrun sets the first where the environment has neither."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def _pick_device(local_rank: int, requested: str) -> torch.device:
     if requested == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
+        deterministic_cuda()
         return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
     if requested == "cuda":
         raise LaunchError("run.device=cuda: no CUDA device is visible to this process")

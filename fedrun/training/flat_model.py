@@ -26,6 +26,7 @@ class FlatModel:
         self.module = module
         self.channels_last = channels_last
         self.names = [n for n, _ in module.named_parameters()]
+        self._leaves = list(module.parameters())  # the module's parameter objects, re-pointed by gradient()
         self.shapes = [tuple(p.shape) for _, p in module.named_parameters()]
         self.sizes = [math.prod(s) for s in self.shapes]
         self.dim = sum(self.sizes)
@@ -48,6 +49,14 @@ class FlatModel:
             offset += size
         return out
 
+    def batched_params(self, x: Tensor) -> dict[str, Tensor]:
+        """``params`` of every row of ``x`` [C, d] at once: views ``[C, *shape]``."""
+        out, offset = {}, 0
+        for name, shape, size in zip(self.names, self.shapes, self.sizes, strict=True):
+            out[name] = x[:, offset:offset + size].view(x.shape[0], *shape)
+            offset += size
+        return out
+
     def forward(self, x: Tensor, inputs: Tensor) -> Tensor:
         return functional_call(self.module, self.params(x), (inputs,))
 
@@ -59,7 +68,7 @@ class FlatModel:
         leaf would add a d-sized accumulation per parameter). With ``channels_last`` the 4-D kernels
         are NHWC copies of their slices (small next to the activations) and the inputs are NHWC.
         """
-        params = list(self.module.parameters())
+        params = self._leaves
         offset = 0
         for p, shape, size in zip(params, self.shapes, self.sizes, strict=True):
             view = x[offset:offset + size].view(shape)

@@ -18,6 +18,7 @@ uses (all clients at once for vmap, one at a time otherwise).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ from fedrun.data.hashing import hash_keys
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn
 
+CHUNK_CPU = 16  # clients per batched call on a CPU (W2: 16 amortizes the call overhead; bench/RESULTS.md)
+CHUNK_CUDA = 64  # on a GPU, where a call's launch overhead is larger and its arithmetic cheaper
+TAIL = 64  # elements of padding that end every chunk: more than a vectorized loop's scalar remainder
 Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, rows, step) -> (g, loss)
 
 
@@ -38,24 +42,25 @@ def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
 
     def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
         g = torch.empty_like(x)
-        loss = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        losses = []
         for j, c in enumerate(range(rows.start, rows.stop)):
             b = int(sizes[c, k])
             if b == 0:
                 g[j].zero_()
+                losses.append(x.new_zeros(()))
                 continue
             idx = batches.index[c, k, :b]
             if reseed:
                 torch.manual_seed(int(hash_keys(seed, round_, client_ids[c], k) >> np.uint64(1)))
-            loss[j] = model.gradient(x[j], batches.x[idx], batches.y[idx], loss_fn, out=g[j])
-        return g, loss
+            losses.append(model.gradient(x[j], batches.x[idx], batches.y[idx], loss_fn, out=g[j]))
+        return g, torch.stack(losses).to(x.dtype)
 
     return oracle
 
 
 def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches) -> Oracle:
-    def client_loss(xc: Tensor, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-        per_example = loss_fn(functional_call(model.module, model.params(xc), (inputs,)), targets)
+    def client_loss(params: dict[str, Tensor], inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+        per_example = loss_fn(functional_call(model.module, params, (inputs,)), targets)
         weights = mask.to(per_example.dtype)
         return (per_example * weights).sum() / weights.sum().clamp_min(1)
 
@@ -64,22 +69,76 @@ def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches) -> Oracle:
     def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
         # vmap of the forward pass only, then one ordinary backward of the summed losses: the clients are
         # independent, so each row's gradient is its own client's; ~15% faster than vmap(grad(...)) on
-        # CPU for small models, where the transform's per-call overhead dominates
+        # CPU for small models, where the transform's per-call overhead dominates. Each parameter is its
+        # own leaf (a [C, ...] view of x): autograd through slices of one flat leaf would zero-fill and
+        # add a [C, d] tensor per parameter
         idx = batches.index[rows, k]
         with torch.enable_grad():
-            leaf = x.detach().requires_grad_(True)
-            losses = batched_loss(leaf, batches.x[idx], batches.y[idx], batches.mask[rows, k])
-            (g,) = torch.autograd.grad(losses.sum(), leaf)
+            leaves = {name: view.detach().requires_grad_(True) for name, view in model.batched_params(x).items()}
+            losses = batched_loss(leaves, batches.x[idx], batches.y[idx], batches.mask[rows, k])
+            grads = torch.autograd.grad(losses.sum(), list(leaves.values()))
+        g = torch.cat([grad.reshape(x.shape[0], -1) for grad in grads], dim=1)
         return g, losses.detach()
 
     return oracle
 
 
+@dataclass(frozen=True)
+class Chunks:
+    """The fixed shape of the ``batched`` strategy's calls: ``size`` rows each, the first ``real`` of them
+    clients, the others padding (copies of the chunk's first client with every step masked out).
+
+    The padding rows at the end of every chunk matter twice: each kernel sees the same shapes whatever
+    clients share a call, and no client's values fall in the last elements of a [size, d] tensor, which
+    PyTorch's vectorized CPU loops hand to a scalar loop whose rounding may differ (measured: 3.7e-9 on a
+    client-Adam step); ``size - real`` rows hold at least :data:`TAIL` elements."""
+
+    size: int
+    real: int
+
+    @staticmethod
+    def of(size: int, dim: int) -> Chunks:
+        return Chunks(size, size - -(-TAIL // dim))
+
+    def layout(self, count: int) -> tuple[Tensor, Tensor]:
+        """For ``count`` clients: the client each padded row copies and which rows are clients (both
+        ``[groups * size]``; the clients' rows in their order)."""
+        slot = torch.arange(-(-count // self.real) * self.size)
+        group, j = slot // self.size, slot % self.size
+        source = group * self.real + j
+        live = (j < self.real) & (source < count)
+        return torch.where(live, source, group * self.real), live
+
+
+def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: Chunks) -> Oracle:
+    """vmap's oracle on the fixed shapes of ``chunks``, for the padded rows of :meth:`Chunks.layout`: every
+    step is padded to ``batches.slots`` example slots, and every slot of a padding row is masked out."""
+    source, live = (t.to(batches.index.device) for t in chunks.layout(batches.index.shape[0]))
+    count, steps, have = batches.index.shape
+    index = batches.index[source][:, :, :1].expand(-1, -1, batches.slots).clone()  # a valid row, masked out
+    index[:, :, :have] = batches.index[source]
+    mask = torch.zeros_like(index, dtype=torch.bool)
+    mask[:, :, :have] = batches.mask[source] & live[:, None, None]
+    return vmap_oracle(model, loss_fn, Batches(index=index, mask=mask, sizes=batches.sizes[source],
+                                               steps=batches.steps, x=batches.x, y=batches.y, slots=batches.slots))
+
+
+def chunk_size(device: torch.device) -> int:
+    """Clients per call of the ``batched`` strategy: a constant of the device type, never of the number of
+    ranks or of the cohort, so that every run of a model on that device type calls the same kernel shapes."""
+    return CHUNK_CUDA if device.type == "cuda" else CHUNK_CPU
+
+
 def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, batches: Batches,
-                 client_ids: np.ndarray, seed: int, round_: int, reseed: bool) -> tuple[Oracle, int | None]:
-    """The oracle of ``strategy`` for these clients' ``batches`` of round ``round_``, and its group size."""
+                 client_ids: np.ndarray, seed: int, round_: int, reseed: bool,
+                 ) -> tuple[Oracle, int | Chunks | None]:
+    """The oracle of ``strategy`` for these clients' ``batches`` of round ``round_``, and how the solver
+    groups rows for it (:func:`fedrun.training.local.run_local`)."""
     if strategy == "vmap":
         return vmap_oracle(model, loss_fn, batches), None
+    if strategy == "batched":
+        chunks = Chunks.of(chunk_size(batches.index.device), model.dim)
+        return chunked_oracle(model, loss_fn, batches, chunks), chunks
     if strategy == "channels_last":
         model = FlatModel(model.module, channels_last=True)
     elif strategy != "sequential":

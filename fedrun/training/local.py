@@ -18,23 +18,50 @@ mean loss. Clients with fewer local steps than others (epochs mode) are frozen o
 The clients are processed in groups of rows: one group of all C rows for the vectorized oracle, one
 row at a time for the sequential one, so that a client's K steps run back to back on vectors that
 stay in cache (the arithmetic per row is the same either way). Updates are in place on row views.
+For the batched oracle (:class:`fedrun.training.gradients.Chunks`) the solver works on a padded copy
+whose every group has the same number of rows, ends with padding rows, and takes the masked path with
+exact selections, so that a client's arithmetic never depends on the clients grouped with it.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
 from fedrun.config import LocalConfig
 from fedrun.protocol import LocalOptimizer, LocalPlan, LocalResult
-from fedrun.training.gradients import Oracle
+from fedrun.training.gradients import Chunks, Oracle
 from fedrun.training.sgd import SGD
 
 
 def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig,
-              group_size: int | None = None) -> LocalResult:
-    """``step_active`` [C, K] bool: whether client c takes step k; ``group_size`` rows per oracle call.
-    A plan without an optimizer takes SGD with ``local.momentum``."""
+              group_size: int | Chunks | None = None) -> LocalResult:
+    """``step_active`` [C, K] bool: whether client c takes step k; ``group_size`` rows per oracle call (or
+    the batched oracle's :class:`Chunks`). A plan without an optimizer takes SGD with ``local.momentum``."""
+    if isinstance(group_size, Chunks):
+        return _chunked(plan, oracle, step_active, lr, cfg, group_size)
+    return _solve(plan, oracle, step_active, lr, cfg, group_size or plan.start.shape[0], False)
+
+
+def _chunked(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig,
+             chunks: Chunks) -> LocalResult:
+    """run_local on the padded rows of ``chunks.layout``; the padding rows take no step."""
+    source, live = (t.to(plan.start.device) for t in chunks.layout(plan.start.shape[0]))
+    scale = plan.lr_scale[source] if isinstance(plan.lr_scale, Tensor) else plan.lr_scale
+    state = None if plan.optimizer_state is None else {k: v[source] for k, v in plan.optimizer_state.items()}
+    correction = None if plan.correction is None else plan.correction[source]
+    padded = replace(plan, start=plan.start[source], correction=correction, lr_scale=scale, optimizer_state=state)
+    out = _solve(padded, oracle, step_active[source] & live[:, None], lr, cfg, chunks.size, True)
+    return LocalResult(x_end=out.x_end[live], grad_mean=out.grad_mean[live], loss=out.loss[live],
+                       optimizer_state={k: v[live] for k, v in out.optimizer_state.items()})
+
+
+def _solve(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig, group: int,
+           exact: bool) -> LocalResult:
+    """The solver on groups of ``group`` rows; ``exact``: every group takes the masked path with exact
+    selections, whatever its rows' steps (the batched strategy)."""
     x = plan.start.clone()
     if plan.steps is not None:
         step_active = step_active[:, :plan.steps]
@@ -46,11 +73,10 @@ def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, c
         step = step.to(x.dtype).unsqueeze(1)
     optimizer = plan.optimizer or SGD(cfg.momentum if plan.move else 0.0)
     state = optimizer.init(x, plan.optimizer_state)
-    group = group_size or num_clients
     for start in range(0, num_clients, group):
         rows = slice(start, min(num_clients, start + group))
         _run_rows(rows, x, grad_sum, loss_sum, {k: v[rows] for k, v in state.items()}, plan,
-                  step[rows] if isinstance(step, Tensor) else step, step_active[rows], oracle, optimizer, cfg)
+                  step[rows] if isinstance(step, Tensor) else step, step_active[rows], oracle, optimizer, cfg, exact)
     counts = step_active.sum(dim=1).clamp_min(1).to(x.dtype)
     return LocalResult(x_end=x, grad_mean=grad_sum / counts.unsqueeze(1), loss=loss_sum / counts,
                        optimizer_state=state)
@@ -58,11 +84,11 @@ def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, c
 
 def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state: dict[str, Tensor],
               plan: LocalPlan, step: float | Tensor, active_steps: Tensor, oracle: Oracle,
-              optimizer: LocalOptimizer, cfg: LocalConfig) -> None:
+              optimizer: LocalOptimizer, cfg: LocalConfig, exact: bool) -> None:
     xs, gs, ls = x[rows], grad_sum[rows], loss_sum[rows]
     correction = None if plan.correction is None else plan.correction[rows]
     anchor = plan.start[rows]
-    ragged = not bool(active_steps.all())
+    ragged = exact or not bool(active_steps.all())
 
     def processed(g: Tensor, point: Tensor) -> Tensor:
         """u = clip(g) + correction + weight_decay * point + prox * (point - start)."""
@@ -87,7 +113,7 @@ def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state:
 
         direction, new = optimizer.step(k, xs, u, state, grad_at)
         for key, value in new.items():
-            _assign(state[key], value, mask)
+            _assign(state[key], value, mask, exact)
         if ragged:
             direction = direction * mask
         if isinstance(step, Tensor):
@@ -101,9 +127,12 @@ def _clip(g: Tensor, clip: float) -> Tensor:
     return g * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)
 
 
-def _assign(target: Tensor, value: Tensor, mask: Tensor | None) -> None:
-    """``target <- value`` on the rows whose step is active (all rows when ``mask`` is None)."""
+def _assign(target: Tensor, value: Tensor, mask: Tensor | None, exact: bool) -> None:
+    """``target <- value`` on the rows whose step is active (all rows when ``mask`` is None); ``exact``
+    selects (the sequential strategy's ``target + mask (value - target)`` is kept for its recorded bits)."""
     if mask is None:
         target.copy_(value)
+    elif exact:
+        target.copy_(torch.where(mask.bool(), value, target))
     else:
         target.add_(mask * (value - target))

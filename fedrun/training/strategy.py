@@ -39,23 +39,33 @@ from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.losses import LossFn
 
-STRATEGIES = ("sequential", "channels_last", "vmap")
+STRATEGIES = ("sequential", "channels_last", "vmap", "batched")
 MAX_TIMED_CLIENTS = 8  # enough to see vmap's batching gain; bounds the start-up cost
+# built-in models whose batched training is verified exact (tests/test_batched_exact.py: a client alone equals
+# the same client at every tested position of a chunk, float32 and float64); any other model, plugins
+# included, is never batched by auto
+EXACT_BATCHED = frozenset({"linear", "logistic", "cnn_femnist", "cnn_cifar10", "cnn_svhn", "resnet18",
+                           "lstm_shakespeare_unrolled"})
 
 
 def applicable_strategies(model: FlatModel, block: ClientBlock, random_model: bool) -> list[str]:
-    """The strategies that can train this model on this data: vmap not with dropout, channels_last
-    only for image inputs and convolution kernels."""
+    """The strategies that can train this model on this data: vmap and batched not with dropout,
+    channels_last only for image inputs and convolution kernels."""
     out = ["sequential"]
     if model.has_conv_kernels and len(block.input_shape) == 3:
         out.append("channels_last")
     if not random_model:
-        out.append("vmap")
+        out += ["vmap", "batched"]
     return out
 
 
-def reproducible_strategy(model: FlatModel, block: ClientBlock) -> str:
-    """``auto``'s choice: channels_last where it applies, else sequential (both neighbour-independent)."""
+def reproducible_strategy(model: FlatModel, block: ClientBlock, model_name: str, device: torch.device) -> str:
+    """``auto``'s choice, the fastest exact strategy for this model on this device, by rule (no timing):
+    ``batched`` for a model of :data:`EXACT_BATCHED` on a GPU, and on a CPU when it has no convolution
+    (vmap turns C convolutions into one grouped convolution, which oneDNN runs slower than C plain ones);
+    otherwise channels_last where it applies, else sequential."""
+    if model_name in EXACT_BATCHED and (device.type == "cuda" or not model.has_conv_kernels):
+        return "batched"
     return "channels_last" if "channels_last" in applicable_strategies(model, block, True) else "sequential"
 
 
@@ -63,11 +73,11 @@ def check_strategy(requested: str, model: FlatModel, block: ClientBlock, random_
     """A forced ``local.strategy`` must apply to the model (a one-line ConfigError otherwise)."""
     if requested in ("auto", "fastest") or requested in applicable_strategies(model, block, random_model):
         return
-    if requested == "vmap":
-        raise ConfigError(f"local.strategy=vmap: model {model_name} uses dropout, whose per-client random "
+    if requested in ("vmap", "batched"):
+        raise ConfigError(f"local.strategy={requested}: model {model_name} uses dropout, whose per-client random "
                           "streams need local.strategy=sequential or channels_last")
     raise ConfigError(f"local.strategy={requested}: model {model_name} has no 2-D convolution on image inputs; "
-                      "expected sequential or vmap")
+                      "expected sequential, vmap or batched")
 
 
 def time_strategies(model: FlatModel, loss_fn: LossFn, block: ClientBlock, x0: torch.Tensor, cfg: LocalConfig,

@@ -1,0 +1,154 @@
+"""The ``batched`` strategy is exact (docs/design.md): a client trained alone gives the same bits as the
+same client at any position of a chunk of other clients, in the first or a later chunk, full or padded,
+float32 and float64, for every built-in model it may train and every kind of local rule (plain SGD,
+momentum, corrected and scaled gradients with weight decay, clipping and a proximal term, AMSGrad,
+client Adam, FAFED's two-gradient STORM step); whole runs with the default ``auto`` give the same bits
+on 1, 2 and 3 real MPI ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from helpers import federation, final_model, final_models
+
+from fedrun.algorithms.fadamgc import AMSGrad
+from fedrun.algorithms.fafed import Storm
+from fedrun.algorithms.fedcada import ClientAdam
+from fedrun.config import LocalConfig
+from fedrun.data.client_block import Batches
+from fedrun.models import build_model
+from fedrun.protocol import LocalPlan
+from fedrun.training.flat_model import FlatModel
+from fedrun.training.gradients import CHUNK_CPU, local_oracle
+from fedrun.training.local import run_local
+from fedrun.training.losses import cross_entropy, half_squared_error
+from fedrun.training.strategy import EXACT_BATCHED
+
+CLIENTS, EXAMPLES, STEPS, BATCH = CHUNK_CPU + 6, 6, 2, 4  # two chunks, the second one padded
+TARGET = 5  # the client whose bits are compared; it takes short batches (3 and 2 examples)
+SHAPES = {"linear": (16,), "logistic": (16,), "lstm_shakespeare_unrolled": (6,), "cnn_femnist": (1, 28, 28),
+          "cnn_cifar10": (3, 32, 32), "cnn_svhn": (3, 32, 32), "resnet18": (3, 16, 16)}
+# the chunks that hold TARGET: first in a full chunk, in its middle, last in it, in a padded second chunk
+PLACES = [[TARGET, *[c for c in range(CLIENTS) if c != TARGET]][:CHUNK_CPU],
+          [c for c in range(CHUNK_CPU + 1) if c != 0][:CHUNK_CPU],
+          [*[c for c in range(CLIENTS) if c != TARGET][:CHUNK_CPU - 1], TARGET],
+          [*[c for c in range(CLIENTS) if c != TARGET], TARGET]]
+
+
+class Block:
+    """A model, its flat vector and CLIENTS clients of synthetic data with their per-client inputs."""
+
+    def __init__(self, name: str, dtype: torch.dtype) -> None:
+        torch.manual_seed(0)
+        shape, classes = SHAPES[name], 81 if name.startswith("lstm") else 10
+        self.model = FlatModel(build_model(name, shape, classes).to(dtype))
+        self.x0 = self.model.initial_vector(dtype, torch.device("cpu"))
+        count, d = CLIENTS * EXAMPLES, self.model.dim
+        self.x = torch.randint(0, classes, (count, *shape)) if name.startswith("lstm") else \
+            torch.randn(count, *shape, dtype=dtype)
+        self.y = torch.randn(count, 1, dtype=dtype) if name == "linear" else torch.randint(0, classes, (count,))
+        self.loss = half_squared_error if name == "linear" else cross_entropy
+        rng = torch.Generator().manual_seed(1)
+        self.index = torch.stack([torch.randint(c * EXAMPLES, (c + 1) * EXAMPLES, (STEPS, BATCH), generator=rng)
+                                  for c in range(CLIENTS)])
+        self.sizes = torch.full((CLIENTS, STEPS), BATCH)
+        self.sizes[TARGET] = torch.tensor([3, 2])
+        self.sizes[2, 1] = 0  # a client that skips its last step (epochs mode)
+        self.correction = 1e-2 * torch.randn(CLIENTS, d, generator=rng).to(dtype)
+        self.scale = torch.rand(CLIENTS, generator=rng).to(dtype) + 0.5
+        self.moments = {k: 1e-3 * torch.rand(CLIENTS, d, generator=rng).to(dtype) for k in ("m", "v")}
+
+    def plan(self, rule: str, rows: torch.Tensor) -> tuple[LocalPlan, LocalConfig]:
+        start = self.x0.expand(len(rows), -1)
+        cfg = LocalConfig(steps=STEPS, batch_size=BATCH)
+        if rule == "momentum":
+            return LocalPlan(start=start), LocalConfig(steps=STEPS, batch_size=BATCH, momentum=0.9)
+        if rule == "corrected":  # SCAFFOLD's and FedSUM's corrections, FedSUM's per-client scale, FedProx
+            cfg = LocalConfig(steps=STEPS, batch_size=BATCH, weight_decay=1e-3, grad_clip=1.0)
+            return LocalPlan(start=start, correction=self.correction[rows], lr_scale=self.scale[rows],
+                             prox=0.1), cfg
+        if rule == "amsgrad":
+            return LocalPlan(start=start, correction=self.correction[rows], optimizer=AMSGrad()), cfg
+        if rule == "client_adam":
+            adam = ClientAdam(0.9, 0.99, 1e-8, first_step=3, a_m=0.0, a_v=0.0)
+            return LocalPlan(start=start, optimizer=adam,
+                             optimizer_state={k: v[rows] for k, v in self.moments.items()}), cfg
+        if rule == "storm":
+            storm = Storm(a=torch.ones_like(self.x0), alpha=0.5, beta=0.9, ext=1.0, restart=True)
+            return LocalPlan(start=start, optimizer=storm, optimizer_state={"v": self.moments["v"][rows]}), cfg
+        return LocalPlan(start=start), cfg
+
+    def trained(self, rows: list[int], rule: str) -> torch.Tensor:
+        """The end points of clients ``rows`` trained as one block by the batched strategy."""
+        rows_t = torch.as_tensor(rows)
+        sizes = self.sizes[rows_t]
+        batches = Batches(index=self.index[rows_t], mask=torch.arange(BATCH) < sizes[:, :, None], sizes=sizes,
+                          steps=np.full(len(rows), STEPS), x=self.x, y=self.y, slots=BATCH)
+        oracle, group = local_oracle("batched", self.model, self.loss, batches, np.asarray(rows), 0, 0, False)
+        plan, cfg = self.plan(rule, rows_t)
+        return run_local(plan, oracle, sizes > 0, 0.05, cfg, group).x_end
+
+
+def check_places(name: str, dtype: torch.dtype, rule: str) -> None:
+    block = Block(name, dtype)
+    alone = block.trained([TARGET], rule)[0]
+    assert not torch.equal(alone, block.x0)  # training moved the client: the comparison is not vacuous
+    for rows in PLACES:
+        together = block.trained(rows, rule)[rows.index(TARGET)]
+        assert torch.equal(together, alone), (rule, rows.index(TARGET), (together - alone).abs().max().item())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("rule", ["sgd", "momentum", "corrected", "amsgrad", "client_adam", "storm"])
+@pytest.mark.parametrize("name", ["linear", "logistic"])
+def test_dense_models_give_a_client_the_same_bits_at_any_position(name, rule, dtype):
+    check_places(name, dtype, rule)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", ["lstm_shakespeare_unrolled", "cnn_femnist", "cnn_cifar10", "cnn_svhn",
+                                  "resnet18"])
+def test_every_batched_model_gives_a_client_the_same_bits_at_any_position(name, dtype):
+    check_places(name, dtype, "corrected")
+
+
+def test_the_verified_models_are_the_ones_tested():
+    tested = {"linear", "logistic", "lstm_shakespeare_unrolled", "cnn_femnist", "cnn_cifar10", "cnn_svhn",
+              "resnet18"}
+    assert EXACT_BATCHED == tested
+
+
+BASE = ["data.name=synthetic", "data.synthetic.shape=[12]", "data.synthetic.examples_per_client=15",
+        "model.name=logistic", "data.num_clients=40", "participation.clients_per_round=29", "run.rounds=4",
+        "eval.every=0", "local.batch_size=8", "local.steps=3", "data.partition=dirichlet"]
+RUNS = {"fedavg": BASE, "momentum": [*BASE, "local.momentum=0.9"],
+        "scaffold": [*BASE, "algorithm.name=scaffold"], "fedsum": [*BASE, "algorithm.name=fedsum"],
+        "fadamgc": [*BASE, "algorithm.name=fadamgc"], "float64": [*BASE, "run.dtype=float64"],
+        "linear": [*BASE, "model.name=linear", "data.name=least_squares", "data.partition=natural"]}
+
+
+def test_auto_batches_dense_models_on_cpu_and_keeps_convolutions_and_dropout_sequential():
+    cfg = {"run": {"rounds": 1, "device": "cpu"}, "model": {"name": "logistic"}, "eval": {"every": 0},
+           "participation": {"pattern": "full"},
+           "data": {"name": "synthetic", "num_clients": 4, "synthetic": {"shape": [12]}}}
+    assert federation(cfg).strategy == "batched"
+    cnn = {**cfg, "model": {"name": "cnn_cifar10"},
+           "data": {"name": "synthetic", "num_clients": 4, "synthetic": {"shape": [3, 32, 32]}}}
+    assert federation(cnn).strategy == "channels_last"
+    dropout = {**cnn, "model": {"name": "cnn_mnist"},
+               "data": {"name": "synthetic", "num_clients": 4, "synthetic": {"shape": [1, 28, 28]}}}
+    assert federation(dropout).strategy == "channels_last"
+
+
+@pytest.mark.mpi
+def test_default_runs_are_the_same_bits_on_one_two_and_three_ranks(tmp_path):
+    """29 of 40 clients a round: on 2 and 3 ranks every chunk holds other clients at other positions."""
+    one = final_models(0, tmp_path, {**RUNS, "init": [*BASE, "local.lr=0"]})
+    two = final_models(2, tmp_path, RUNS)
+    three = final_models(3, tmp_path, RUNS)
+    for name in RUNS:
+        assert np.array_equal(two[name], one[name]), name
+        assert np.array_equal(three[name], one[name]), name
+    assert np.abs(one["fedavg"] - one["init"]).max() > 1e-3
+    assert not np.array_equal(final_model(0, tmp_path, [*BASE, "local.strategy=sequential"]), one["fedavg"])
