@@ -417,13 +417,13 @@ def probe_specs() -> list[dict]:
     """The reconstruction probe: FedSUM's reconstructed server step read two other ways at N = 20 (paired with
     MIFA's runs at the shared eta_0, which exist), and FedSUM and MIFA at N = 100 with the N = 20 recipe;
     P2 and P3 x the reported seeds (group probe/<pattern>)."""
-    lr = shared_lr()
+    lr = shared_lr()  # arm by arm (all seeds of one arm before the next), so that a partial step reports arms
     out = [spec(f"probe/{pattern}", label, FEDSUM_BASE,
                 [*FEDSUM_ALGORITHMS["FedSUM"], *ov, f"participation.pattern={pattern}", f"local.lr={lr}"], seed)
-           for seed in SEEDS for pattern in PROBE_PATTERNS for label, ov in PROBE_ARMS.items()]
+           for label, ov in PROBE_ARMS.items() for pattern in PROBE_PATTERNS for seed in SEEDS]
     out += [spec(f"probe/{pattern}", f"{label} N=100", PAPER_BASE,
                  [*FEDSUM_ALGORITHMS[label], f"participation.pattern={pattern}", *PROBE_N100], seed)
-            for seed in SEEDS for pattern in PROBE_PATTERNS for label in ("FedSUM", "MIFA")]
+            for pattern in PROBE_PATTERNS for seed in SEEDS for label in ("FedSUM", "MIFA")]
     return out
 
 
