@@ -147,6 +147,7 @@ def sd_ratio(a: Mapping[int, float | None], b: Mapping[int, float | None], seed:
     value = float(ratio(x, y))
     if len(seeds) < 3 or not np.isfinite(value):
         return SpreadRatio(seeds, value, (float("nan"), float("nan")))
-    res = stats.bootstrap((x, y), ratio, paired=True, vectorized=True, n_resamples=resamples,
-                          confidence_level=0.95, method="percentile", rng=np.random.default_rng(seed))
+    with np.errstate(invalid="ignore"):  # infinite ratios make scipy's standard error nan; unused here
+        res = stats.bootstrap((x, y), ratio, paired=True, vectorized=True, n_resamples=resamples,
+                              confidence_level=0.95, method="percentile", rng=np.random.default_rng(seed))
     return SpreadRatio(seeds, value, (float(res.confidence_interval.low), float(res.confidence_interval.high)))
