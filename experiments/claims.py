@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +64,6 @@ class ClaimSpec:
     margin: float | None = None  # equivalence / non-inferiority margin, in the metric's units
     statistic: str = "mean difference"  # or "sd ratio"
     command: str = ""  # what runs the files (shown while they are missing)
-    extra: dict = field(default_factory=dict)
 
     def missing(self) -> list[str]:
         return [p for p in (*self.a, *self.b) if not (REPO / p).is_file()]
