@@ -81,6 +81,10 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
         if run_dir is not None and world.is_root and result.rounds_run > 0 and not result.stopped:
             write_result(run_dir, result.metrics)
     except BaseException as exc:
+        refused = exit_code(exc) == EXIT_BAD_INPUT  # a refused run leaves no run directory or lock behind
+        if lock is not None:
+            lock.release(refused)
+            lock = None
         if raised_on_every_rank(exc) and owns_world:
             # every rank raised it after the same broadcast: rank 0 reports it once, then the ranks leave
             # together; not after, since a launcher may kill rank 0 as soon as another rank exited non-zero
@@ -115,7 +119,7 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
     finally:
         restore_quit()
         if lock is not None:
-            lock.close()
+            lock.release()
     if owns_world:
         world.close()
     return result
@@ -129,11 +133,33 @@ def _lost_peer(exc: BaseException) -> bool:
                                       "NCCL error")))
 
 
-def lock_run_dir(run_dir: Path) -> IO[str]:
-    """Create ``run_dir`` and hold an exclusive lock on ``run_dir/.lock`` (released when the returned file
-    is closed or the process ends), so that two live runs never share a run directory."""
+class RunDirLock:
+    """The held lock of a run directory and what taking it created (the directories, the lock file), so that
+    a refused run can leave nothing behind: :meth:`release` with ``refused`` removes what it created."""
+
+    def __init__(self, fh: IO[str], created: list[Path]) -> None:
+        self.fh, self.created = fh, created
+
+    def release(self, refused: bool = False) -> None:
+        """Release the lock; after a refusal also remove the lock file and the directories it created (a
+        directory only while empty: another process may have put something there meanwhile)."""
+        try:
+            if refused:
+                for path in reversed(self.created):
+                    path.unlink() if path.name == ".lock" else path.rmdir()
+        except OSError:
+            pass
+        self.fh.close()
+
+
+def lock_run_dir(run_dir: Path) -> RunDirLock:
+    """Create ``run_dir`` and hold an exclusive lock on ``run_dir/.lock`` (released when the returned lock
+    is released or the process ends), so that two live runs never share a run directory."""
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()][::-1]
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        if not (run_dir / ".lock").exists():
+            created.append(run_dir / ".lock")
         fh = open(run_dir / ".lock", "a+")  # noqa: SIM115 - held for the whole run
     except OSError as exc:
         if exc.errno in DISK_ERRORS:  # the file system fails, not the path: a runtime failure
@@ -155,9 +181,9 @@ def lock_run_dir(run_dir: Path) -> IO[str]:
             fh.write(f"{os.getpid()}\n")
             fh.flush()
     except RunFailure:
-        fh.close()
+        RunDirLock(fh, created).release(refused=True)
         raise
-    return fh
+    return RunDirLock(fh, created)
 
 
 def write_result(run_dir: Path, metrics: list[dict]) -> None:

@@ -3,14 +3,24 @@
 Every rank published its host and pid at the rendezvous (``World.peers``), so the survivor that notices a
 broken collective first can name the rank that died or stopped, without asking the store again (it may
 have died with rank 0).
+
+A launcher may end the job before a survivor notices on its own: MPICH's ``mpiexec.gforker`` sends the
+survivors SIGINT and, a second later, SIGQUIT, and reports status 0 for a rank that a signal ended. So a
+SIGQUIT (:func:`name_lost_ranks_on_quit`) names a peer found gone and exits 1 instead of dying silently.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+import signal
 import socket
+import threading
 import time
+from collections.abc import Callable
+from types import FrameType
 
+from fedrun.errors import EXIT_FAILURE, report
 from fedrun.runtime.world import World
 
 
@@ -50,12 +60,17 @@ def lost_ranks(world: World) -> list[str]:
 # gone reports.
 _REPORT_KEY, _REPORTED_KEY = "fedrun/failure/claims", "fedrun/failure/reported"
 _CLAIM_TIMEOUT = datetime.timedelta(seconds=5)  # a stopped rank 0 freezes its store: do not wait on it
+_CLAIMING = [False]  # this rank is on its way to report a failure (or not): a SIGQUIT then lets it finish
 
 
 def claim_failure_report(world: World, lost: list[str]) -> bool:
     """Whether this rank writes the job's failure line (``lost``: the peers found gone, from
     :func:`lost_ranks`). Only the first claimant does; the others wait briefly for its line to be written,
     so that their own exit (which may end the whole job) does not cut it off."""
+    _CLAIMING[0] = True
+    gone = {int(line.split()[1]) for line in lost}
+    if 0 in gone:  # the store went with rank 0: asking it would only wait out the timeout
+        return world.rank == min(r for r in range(world.size) if r not in gone)
     try:
         world.store.set_timeout(_CLAIM_TIMEOUT)
         if world.store.add(_REPORT_KEY, 1) == 1:
@@ -63,13 +78,45 @@ def claim_failure_report(world: World, lost: list[str]) -> bool:
         world.store.wait([_REPORTED_KEY], _CLAIM_TIMEOUT)
         return False
     except Exception:  # noqa: BLE001 - the store went with rank 0 (or never answered): decide locally
-        gone = {int(line.split()[1]) for line in lost}
         return world.rank == min(r for r in range(world.size) if r not in gone)
 
 
+_FORWARD_S = 0.2  # how long a launcher gets to forward the line before this rank ends the job
+
+
 def failure_reported(world: World) -> None:
-    """Tell the ranks waiting in :func:`claim_failure_report` that the line is written."""
+    """Tell the ranks waiting in :func:`claim_failure_report` that the line is written, and give the launcher a
+    moment to forward it: Hydra's proxy, ended by the abort that follows, dropped it in 1 of 4 tries."""
     try:
         world.store.set(_REPORTED_KEY, "1")
     except Exception:  # noqa: BLE001 - nobody left to tell
         pass
+    time.sleep(_FORWARD_S)
+
+
+def name_lost_ranks_on_quit(world: World) -> Callable[[], None]:
+    """Install, for a job of several ranks, a SIGQUIT handler that ends this rank with status 1 and (once per
+    job) the line ``fedrun[rank r]: error: rank R on host H died or stopped answering ...`` when a peer is
+    gone; without a gone peer SIGQUIT keeps its default meaning (Ctrl-\\: quit at once). Returns the undo.
+
+    Why: a launcher that tears the job down after a rank died may signal the survivors before their next
+    collective fails; ``mpiexec.gforker`` sends SIGQUIT a second after SIGINT and counts a rank killed by a
+    signal as status 0, so a dead rank 0 used to end the job with status 0, no line and no result.json."""
+    if world.size < 2 or world.peers is None or threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_quit(signum: int, frame: FrameType | None) -> None:
+        if _CLAIMING[0]:  # the failure is being reported where the rank is; it exits non-zero after that
+            return
+        lost = lost_ranks(world)
+        if not lost:
+            signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGQUIT)
+            return
+        if claim_failure_report(world, lost):
+            report(f"fedrun[rank {world.rank}]: error: {'; '.join(lost)}; the launcher is ending the job")
+            failure_reported(world)
+        os._exit(EXIT_FAILURE)
+
+    previous = signal.signal(signal.SIGQUIT, on_quit)
+    return lambda: signal.signal(signal.SIGQUIT, previous)
