@@ -23,7 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from fedrun.config_yaml import MAX_BYTES, YAMLError, parse_yaml
-from fedrun.errors import ConfigError, brief, require
+from fedrun.errors import ConfigError, brief, require, require_path
 from fedrun.plugins import digests, is_import_path, load
 from fedrun.privacy.config import PrivacyConfig
 
@@ -396,6 +396,9 @@ class Config:
                 f"null or an integer in [1, data.num_clients={self.data.num_clients}]", self.eval.clients)
         require(self.state.dir is None or self.state.dir.strip() != "", "state.dir", "a directory path or null "
                 "(the run directory)", self.state.dir)
+        for name, path in (("run.dir", self.run.dir), ("state.dir", self.state.dir)):
+            if path is not None:
+                require_path(name, path)
         require(not (self.asynchrony.enabled and self.run.skip_nonfinite_clients), "run.skip_nonfinite_clients",
                 "false with asynchrony.enabled (an upload is consumed steps after its client's new state was "
                 "stored, so it cannot be dropped)", self.run.skip_nonfinite_clients)

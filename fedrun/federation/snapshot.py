@@ -250,8 +250,8 @@ def locate(run_dir: Path | None, resume: str) -> Path | None:
             raise CheckpointError(f"{path}: checkpoint file not found")
         with CheckpointReader(path) as ckpt:
             check_layout(ckpt)
-            try:
-                check_chain(ckpt, verify=False)
+            try:  # every checksum of every link, as --resume auto and inspect check them
+                check_chain(ckpt)
             except BrokenChain as exc:
                 raise CheckpointError(f"--resume {path}: cannot resume: its {exc}") from None
         return path
@@ -274,10 +274,10 @@ def locate(run_dir: Path | None, resume: str) -> Path | None:
 _FALLING_BACK = "; falling back to the previous one"  # the end of find_latest_valid's message
 
 
-def check_chain(ckpt: CheckpointReader, verify: bool = True) -> None:
+def check_chain(ckpt: CheckpointReader) -> None:
     """Raise :class:`CheckpointError` unless ``ckpt`` is complete and every link it builds on opens, is the file
-    it was written on, is complete and (``verify``) passes its checksums; a broken link is a
-    :class:`BrokenChain` naming it."""
+    it was written on, is complete and passes its checksums; a broken link is a :class:`BrokenChain` naming
+    it. ``--resume FILE``, ``--resume auto`` and ``inspect`` all call it: one meaning of a damaged chain."""
     check_layout(ckpt)
     with Chain(ckpt.path) as chain:
         for link in chain.links[1:]:
@@ -285,8 +285,7 @@ def check_chain(ckpt: CheckpointReader, verify: bool = True) -> None:
                 check_layout(link)
             except CheckpointError as exc:
                 raise BrokenChain(f"chain link {link.path.name} is incomplete ({exc})", link.path) from None
-        if verify:
-            chain.verify()
+        chain.verify()
 
 
 def rounds_done(path: Path) -> int:

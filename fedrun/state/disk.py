@@ -8,6 +8,12 @@ its declared initial value (zeros, x^(0) or a constant). Scalar entries (counter
 whole in memory: 8 bytes a client. The files are unlinked as soon as they are open, so they vanish with
 the process, however it ends; they are scratch, the checkpoint is the durable copy.
 
+Every write is checked: ``os.pwrite`` may write fewer bytes than asked (a full file system wrote 1,656 of
+a row's 2,440 bytes without an error), so a row is written until all its bytes are in, and a write that
+cannot finish raises :class:`fedrun.errors.RunFailure` naming the file and the disk (its mount point)
+before the row is marked written: a checkpoint never stores a half-written row. A short read is refused
+alike.
+
 Why plain files and not chunked HDF5: docs/scale.md has the measured comparison.
 """
 
@@ -20,34 +26,66 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedrun.errors import RunFailure
 from fedrun.protocol import Entry, Vector
 from fedrun.state.store import ChangedRows, TracksChanges, block_of, initial_value
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system ``path`` is on (the disk a message names)."""
+    path = path.resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    while not os.path.ismount(path):
+        path = path.parent
+    return path
 
 
 class _RowFile:
     """One entry's ``[C, d]`` rows in an anonymous sparse file, and which rows were ever written."""
 
     def __init__(self, path: Path, num_rows: int, initial: Tensor) -> None:
+        self.path = path
         self.initial = initial.cpu()
         self.dtype = self.initial.numpy().dtype
         self.row_bytes = self.initial.numel() * self.dtype.itemsize
         self.written = np.zeros(num_rows, dtype=bool)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError as exc:
+            raise self._failure("create", exc.strerror or str(exc)) from None
         os.unlink(path)
         os.ftruncate(self.fd, num_rows * self.row_bytes)
+
+    def _failure(self, what: str, why: str) -> RunFailure:
+        return RunFailure(f"cannot {what} the client state file {self.path} (state.dir, on the disk mounted at "
+                          f"{mount_point(self.path.parent)}): {why}; the checkpoints written before are intact")
 
     def read(self, rows: np.ndarray) -> Tensor:
         out = self.initial.unsqueeze(0).repeat(len(rows), 1)
         view = out.numpy()
         for i, row in enumerate(rows):
             if self.written[row]:
-                os.preadv(self.fd, [view[i]], int(row) * self.row_bytes)
+                got = os.preadv(self.fd, [view[i]], int(row) * self.row_bytes)
+                if got != self.row_bytes:
+                    raise self._failure("read", f"row {int(row)}: read {got} of {self.row_bytes} bytes")
         return out
 
     def write(self, rows: np.ndarray, values: Tensor) -> None:
+        """Write ``values[i]`` into row ``rows[i]``, every byte of it, then mark the rows written."""
         data = np.ascontiguousarray(values.detach().cpu().numpy().astype(self.dtype, copy=False))
         for i, row in enumerate(rows):
-            os.pwrite(self.fd, data[i], int(row) * self.row_bytes)
+            raw, offset, done = memoryview(data[i]).cast("B"), int(row) * self.row_bytes, 0
+            while done < self.row_bytes:
+                try:
+                    n = os.pwrite(self.fd, raw[done:], offset + done)
+                except OSError as exc:
+                    raise self._failure("write", f"row {int(row)}: {exc.strerror or exc} after {done} of "
+                                                 f"{self.row_bytes} bytes") from None
+                if n == 0:
+                    raise self._failure("write", f"row {int(row)}: no progress after {done} of {self.row_bytes} "
+                                                 "bytes")
+                done += n
         self.written[rows] = True
 
     def close(self) -> None:
