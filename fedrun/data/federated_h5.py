@@ -7,8 +7,9 @@ A train and a test file (``data.federated_h5.train``, ``.test``), each holding o
 
 Clients are the train file's groups in sorted order of their ids (Python's string order: ``"10"`` before
 ``"9"``); client i's test examples are the test file's group of the same id (per-client evaluation).
-The start-up reads only metadata (every group's dataset shapes, checked) and the labels (for the number
-of classes); examples are read when a client trains or is evaluated. Inputs become float32, ``[n, H, W]``
+The start-up reads only metadata (every group's datasets, checked and bounded, in one pass per file:
+fedrun/data/federated_h5_index.py) and the labels (checked, for the number of classes); examples are read,
+and checked finite, when a client trains or is evaluated. Inputs become float32, ``[n, H, W]``
 images ``[n, 1, H, W]``. The pooled test set of the global evaluation is the test examples of a seeded
 sample of ``test_clients`` clients, in client order.
 """
@@ -23,6 +24,7 @@ import numpy as np
 from fedrun.config import DataConfig
 from fedrun.data.client_source import ClientSource, sample_clients
 from fedrun.data.dataset import TaskData
+from fedrun.data.federated_h5_index import cached_index, check_examples, read_bound
 from fedrun.errors import DataError
 
 POOL_STREAM = 0x46483554  # "FH5T": the clients whose test examples form the pooled test set
@@ -59,16 +61,22 @@ class FederatedH5(ClientSource):
             raise
 
     def _start(self, num_clients: int, seed: int) -> None:
-        """The client ids, every client checked and counted, and the pooled test set."""
+        """The client ids, every client indexed and checked once per file, kept in fedrun's cache
+        (fedrun.data.federated_h5_index), and the pooled test set."""
         self.ids = sorted(self.train["examples"].keys())
         if len(self.ids) != num_clients:
             raise DataError(f"data.num_clients={num_clients}: {self.cfg.train} has {len(self.ids)} clients; "
                             f"expected data.num_clients={len(self.ids)}")
-        self.num_examples, top = self._check(self.train, self.cfg.train)
-        self.test_examples, top_test = self._check(self.test, self.cfg.test)
+        cfg = self.cfg
+        train = cached_index(self.train, cfg.train, self.ids, cfg.feature, cfg.label)
+        test = cached_index(self.test, cfg.test, self.ids, cfg.feature, cfg.label, train.shape)
+        self.num_examples, self.test_examples, self.shape = train.counts, test.counts, train.shape
         x_probe, y_probe = self.load(np.zeros(1, dtype=np.int64))
-        x_test, y_test = self.load_test(sample_clients(len(self.ids), self.cfg.test_clients, seed, POOL_STREAM))
-        self.task = TaskData("federated_h5", x_probe, y_probe, x_test, y_test, max(top, top_test) + 1)
+        pool = sample_clients(len(self.ids), cfg.test_clients, seed, POOL_STREAM)
+        read_bound(self.test_examples[pool], self.shape, cfg.test, "the pooled test set (data.federated_h5."
+                   f"test_clients={cfg.test_clients} clients)")
+        x_test, y_test = self.load_test(pool)
+        self.task = TaskData("federated_h5", x_probe, y_probe, x_test, y_test, max(train.top, test.top) + 1)
 
     def close(self) -> None:
         """Close the files (a bad file's run closes them before it stops)."""
@@ -76,49 +84,27 @@ class FederatedH5(ClientSource):
             if f is not None:
                 f.close()
 
-    def _check(self, f: h5py.File, path: str) -> tuple[np.ndarray, int]:
-        """Every client's examples in file ``f``: (their counts, the largest label); one line naming the file,
-        client and field for a missing group or feature, an empty client or mismatched lengths."""
-        feature, label = self.cfg.feature, self.cfg.label
-        counts, top = np.zeros(len(self.ids), dtype=np.int64), 0
-        examples = f["examples"]
-        for i, cid in enumerate(self.ids):
-            group = examples.get(cid)
-            if not isinstance(group, h5py.Group):
-                raise DataError(f"{path}: client {cid!r}: no group examples/{cid} (the train file has it); "
-                                "expected every train client in the test file")
-            for key, name in (("feature", feature), ("label", label)):
-                if not isinstance(group.get(name), h5py.Dataset):
-                    raise DataError(f"{path}: client {cid!r}: no dataset examples/{cid}/{name}; expected "
-                                    f"data.federated_h5.{key}={name!r} in every client group")
-            n, m = len(group[feature]), len(group[label])
-            if n != m:
-                raise DataError(f"{path}: client {cid!r}: examples/{cid}/{feature} has {n} rows but "
-                                f"examples/{cid}/{label} has {m}; expected one label per example")
-            if n == 0:
-                raise DataError(f"{path}: client {cid!r}: examples/{cid}/{feature} has no examples; expected "
-                                "at least one")
-            labels = group[label][()]
-            if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
-                raise DataError(f"{path}: client {cid!r}: examples/{cid}/{label} holds {labels.dtype} values "
-                                f"from {labels.min()}; expected integer class labels >= 0")
-            counts[i], top = n, max(top, int(labels.max()))
-        return counts, top
-
-    def _read(self, f: h5py.File, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        xs, ys = [], []
+    def _read(self, f: h5py.File, path: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The examples of clients ``ids`` (indexed and bounded at start-up), inputs checked finite."""
+        xs, ys = [np.zeros((0, *self.shape), dtype=np.float32)], [np.zeros(0, dtype=np.int64)]
         for i in ids:
-            group = f["examples"][self.ids[int(i)]]
-            xs.append(np.asarray(group[self.cfg.feature][()], dtype=np.float32))
-            ys.append(np.asarray(group[self.cfg.label][()], dtype=np.int64).reshape(-1))
-        if not xs:
-            shape = self.train["examples"][self.ids[0]][self.cfg.feature].shape[1:]
-            xs, ys = [np.zeros((0, *shape), dtype=np.float32)], [np.zeros(0, dtype=np.int64)]
+            cid = self.ids[int(i)]
+            group = f["examples"][cid]
+            try:  # a float64 beyond float32's range becomes inf, refused by check_examples
+                with np.errstate(over="ignore"):
+                    x = np.asarray(group[self.cfg.feature][()], dtype=np.float32)
+                y = np.asarray(group[self.cfg.label][()], dtype=np.int64).reshape(-1)
+            except (OSError, RuntimeError, ValueError) as exc:
+                raise DataError(f"{path}: client {cid!r}: cannot read its examples ({exc}); expected readable "
+                                "datasets") from None
+            check_examples(x, path, cid, self.cfg.feature)
+            xs.append(x)
+            ys.append(y)
         x = np.concatenate(xs)
         return (x[:, None] if x.ndim == 3 else x), np.concatenate(ys)
 
     def load(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._read(self.train, ids)
+        return self._read(self.train, self.cfg.train, ids)
 
     def load_test(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._read(self.test, ids)
+        return self._read(self.test, self.cfg.test, ids)
