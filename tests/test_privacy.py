@@ -1,0 +1,214 @@
+"""Differential privacy (fedrun/privacy, docs/privacy.md): the accountant against dp-accounting computed
+directly for every pattern class, the clip bound on real uploads, the noise's distribution, the
+non-private run recovered bit for bit, which algorithms central DP refuses, and the same bits on 1/2/3
+real MPI ranks and after SIGKILL + resume (epsilon included)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import dp_accounting as dpa
+import h5py
+import numpy as np
+import pytest
+import torch
+from dp_accounting import pld, rdp
+from helpers import (
+    LEAST_SQUARES,
+    REPO,
+    child_env,
+    federation,
+    final_models,
+    final_state,
+    kill_after,
+    metrics,
+    one_line_problems,
+    run_ranks,
+    train_args,
+)
+from scipy import stats
+
+import fedrun
+from fedrun.algorithms import ALGORITHMS
+from fedrun.config import load_config
+from fedrun.federation.participation.registry import make_participation
+from fedrun.federation.rounds import context, train_clients
+from fedrun.privacy.mechanism import clip_uploads, upload_norms
+
+N = 20
+BASE = [*LEAST_SQUARES, f"data.num_clients={N}", "local.steps=2", "local.lr=0.05", "participation.clients_per_round=4"]
+SIGMA = 1.3
+
+
+def epsilons(overrides: list[str], rounds: int) -> list[float]:
+    result = fedrun.run({}, [*BASE, f"run.rounds={rounds}", *overrides], write_files=False)
+    return [r["epsilon"] for r in result.metrics]
+
+
+def poisson_direct(qs: list[float], accountant: dpa.PrivacyAccountant) -> list[float]:
+    """Epsilon after each round of per-round Poisson-sampled Gaussians, composed by dp-accounting."""
+    out = []
+    for q in qs:
+        accountant.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(SIGMA)))
+        out.append(accountant.get_epsilon(1e-5))
+    return out
+
+
+def test_epsilon_of_poisson_patterns_equals_dp_accounting():
+    """p2 (q = S/N every round, RDP and PLD) and p3 (q_t = (S/N)(0.3 sin(2 pi t / 10) + 0.7))."""
+    central = ["privacy.mode=central", f"privacy.noise_multiplier={SIGMA}"]
+    got = epsilons([*central, "participation.pattern=p2"], 12)
+    assert got == pytest.approx(poisson_direct([4 / N] * 12, rdp.RdpAccountant()), rel=1e-9)
+    got = epsilons([*central, "participation.pattern=p2", "privacy.accountant=pld"], 3)
+    assert got == pytest.approx(poisson_direct([4 / N] * 3, pld.PLDAccountant()), rel=1e-9)
+    qs = [4 / N * (0.3 * math.sin(2 * math.pi * t / 10) + 0.7) for t in range(12)]
+    got = epsilons([*central, "participation.pattern=p3"], 12)
+    assert got == pytest.approx(poisson_direct(qs, rdp.RdpAccountant()), rel=1e-9)
+    assert got[-1] > got[0] > 0
+
+
+def test_epsilon_of_uniform_sampling_equals_dp_accounting_without_replacement():
+    got = epsilons(["privacy.mode=central", f"privacy.noise_multiplier={SIGMA}", "participation.pattern=uniform"], 5)
+    want = []
+    for r in range(1, 6):
+        acc = rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+        acc.compose(dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(N, 4, dpa.GaussianDpEvent(SIGMA / 2)),
+                                            r))
+        want.append(acc.get_epsilon(1e-5))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("pattern, mode", [("cyclic", "central"), ("markov", "central"), ("p2", "local")])
+def test_epsilon_without_amplification_is_the_worst_clients_composition(pattern, mode):
+    """Cyclic and Markov participation (and every pattern in local mode): the worst client's k Gaussians."""
+    rounds = 9
+    got = epsilons([f"privacy.mode={mode}", f"privacy.noise_multiplier={SIGMA}", f"participation.pattern={pattern}"],
+                   rounds)
+    cfg = load_config(None, [*BASE, f"participation.pattern={pattern}"])
+    part = make_participation(cfg.participation, N, cfg.run.seed, rounds)
+    counts = np.zeros(N, dtype=int)
+    want = []
+    for t in range(rounds):
+        counts += part.active(t)
+        acc = rdp.RdpAccountant()
+        acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(SIGMA), int(counts.max())))
+        want.append(acc.get_epsilon(1e-5))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_clip_bounds_every_real_clients_upload_jointly():
+    """Real uploads of one round (every client trained, clipped on its rank) have joint norm <= C, and a
+    row within C keeps its bits."""
+    fed = federation(load_config(None, [*BASE, "algorithm.name=fedadam", "privacy.mode=central",
+                                        "privacy.noise_multiplier=0", "privacy.clip=0.05", "local.lr=0.5"]))
+    down = fed.downlink()
+    rows = np.arange(N)
+    ctx = context(fed.setup, 0, 0.5, N)
+    up, _, _ = train_clients(fed.setup, fed.state, rows, down, down, 0, ctx, None)
+    norms = upload_norms(up, list(up))
+    assert float(norms.max()) <= 0.05 * (1 + 1e-12)
+    assert float(norms.min()) > 0.049  # these deltas were all larger than C: each now sits on the sphere
+    raw = {"v": torch.tensor([[3.0, 4.0], [0.3, 0.4]], dtype=torch.float64), "s": torch.tensor([12.0, 0.0],
+                                                                                               dtype=torch.float64)}
+    clipped, before = clip_uploads(raw, ["v", "s"], 1.0)
+    assert before.tolist() == [13.0, 0.5]
+    assert torch.equal(clipped["v"][1], raw["v"][1]) and float(clipped["s"][1]) == 0.0
+    assert upload_norms(clipped, ["v", "s"]).tolist() == pytest.approx([1.0, 0.5], rel=1e-15)
+
+
+def test_noise_zero_and_unreachable_clip_is_the_non_private_run_bit_for_bit():
+    plain = [*BASE, "run.rounds=6"]
+    for algo in ("fedavg", "fedadam"):
+        a = fedrun.run({}, [*plain, f"algorithm.name={algo}"], write_files=False).x
+        b = fedrun.run({}, [*plain, f"algorithm.name={algo}", "privacy.mode=central", "privacy.noise_multiplier=0",
+                            "privacy.clip=1e30"], write_files=False).x
+        assert np.array_equal(a, b), algo
+    c = fedrun.run({}, [*plain, "privacy.mode=central", "privacy.noise_multiplier=0", "privacy.clip=0.01"],
+                   write_files=False).x
+    assert not np.array_equal(a, c)  # the clip acts when it is reachable
+
+
+def test_added_noise_is_gaussian_with_std_sigma_c():
+    """With local.lr = 0 every upload is 0, so FedAvg's step is the noise alone: x_1 - x_0 = eta_g z / S."""
+    cfg = ["data.name=synthetic", "data.synthetic.shape=[80]", "data.num_clients=10", "model.name=logistic",
+           "run.dtype=float64", "local.lr=0", "local.steps=1", "eval.every=0", "participation.clients_per_round=5",
+           "run.rounds=1", "local.strategy=sequential"]
+    x0 = fedrun.run({}, cfg, write_files=False).x
+    sigma, clip = 1.7, 0.3
+    x1 = fedrun.run({}, [*cfg, "privacy.mode=central", f"privacy.noise_multiplier={sigma}", f"privacy.clip={clip}"],
+                    write_files=False).x
+    z = (x1 - x0) * 5
+    assert len(z) == 810
+    assert stats.kstest(z, "norm", args=(0, sigma * clip)).pvalue > 1e-3
+    assert stats.kstest(z, "norm", args=(0, 1.3 * sigma * clip)).pvalue < 1e-3  # the test can tell a wrong std
+
+
+def memory_or_gathered(name: str) -> bool:
+    algo = ALGORITHMS[name]
+    decl = algo(algo.Hparams()).declare()
+    return bool(decl.memory or decl.gathered())
+
+
+def test_central_dp_refuses_exactly_the_algorithms_that_keep_clients_uploads():
+    refused = {name for name in ALGORITHMS if memory_or_gathered(name)}
+    assert refused == {"mifa", "fedvarp", "fedsum_b", "fedsum", "fedsum_cr", "scaffold", "fadamgc", "fedmedian",
+                       "fedtrimmedavg", "krum"}
+    for name, needle in (("mifa", "reuses each client's contribution"), ("krum", "receives every client's upload")):
+        proc = subprocess.run([sys.executable, "-m", "fedrun", "train", "--quiet", "run.dir=/nonexistent/never",
+                               *BASE, f"algorithm.name={name}", "privacy.mode=central", "privacy.noise_multiplier=1"],
+                              capture_output=True, text=True, env=child_env(), cwd=REPO)
+        assert one_line_problems(proc.returncode, proc.stderr, needle) == [], proc.stderr
+    local = fedrun.run({}, [*BASE, "run.rounds=3", "algorithm.name=mifa", "privacy.mode=local",
+                            "privacy.noise_multiplier=1"], write_files=False)
+    assert len(local.metrics) == 3 and local.metrics[-1]["epsilon"] > 0
+
+
+def test_target_epsilon_calibrates_sigma_and_the_run_ends_within_it():
+    result = fedrun.run({}, [*BASE, "run.rounds=8", "participation.pattern=p2", "privacy.mode=central",
+                             "privacy.target_epsilon=3"], write_files=False)
+    eps = [r["epsilon"] for r in result.metrics]
+    assert len(eps) == 8 and eps[-1] <= 3 * (1 + 1e-9) and eps[-1] > 2.9
+
+
+DP_CONFIGS = {
+    "central_p2_adaptive": [*BASE, "run.rounds=8", "participation.pattern=p2", "privacy.mode=central",
+                            "privacy.noise_multiplier=0.8", "privacy.clip=0.05", "privacy.adaptive_quantile=0.5"],
+    "central_fedadam_uniform": [*BASE, "run.rounds=8", "algorithm.name=fedadam", "privacy.mode=central",
+                                "privacy.noise_multiplier=0.8", "privacy.clip=0.1"],
+    "local_markov": [*BASE, "run.rounds=8", "participation.pattern=markov", "privacy.mode=local",
+                     "privacy.noise_multiplier=0.8", "privacy.clip=0.1"],
+}
+
+
+@pytest.mark.mpi
+def test_same_bits_on_one_two_and_three_ranks(tmp_path):
+    runs = {ranks: final_models(ranks, tmp_path, DP_CONFIGS) for ranks in (1, 2, 3)}
+    for name in DP_CONFIGS:
+        assert np.array_equal(runs[1][name], runs[2][name]), name
+        assert np.array_equal(runs[1][name], runs[3][name]), name
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("extra", [
+    ["participation.pattern=p2", "privacy.mode=central", "privacy.noise_multiplier=0.7", "privacy.clip=0.05",
+     "privacy.adaptive_quantile=0.3"],
+    ["participation.pattern=markov", "privacy.mode=central", "privacy.target_epsilon=20", "privacy.clip=0.1"],
+], ids=["p2_adaptive", "markov_target"])
+def test_sigkill_then_resume_is_bit_identical_epsilon_included(tmp_path, extra):
+    extra = [*extra, "checkpoint.every=1"]
+    rounds = 60
+    run_ranks(2, train_args(tmp_path / "whole", rounds, extra))
+    kill_after(train_args(tmp_path / "cut", rounds, extra), tmp_path / "cut", 25)
+    assert final_state(tmp_path / "cut")["meta/round"] < rounds
+    run_ranks(2, train_args(tmp_path / "cut", rounds, extra, resume=True))
+    a, b = final_state(tmp_path / "whole"), final_state(tmp_path / "cut")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert metrics(tmp_path / "whole") == metrics(tmp_path / "cut")
+    eps = [r["epsilon"] for r in metrics(tmp_path / "whole")]
+    assert eps == sorted(eps) and eps[0] > 0
+    for run in ("whole", "cut"):  # the accountant's state, read back with plain h5py
+        with h5py.File(sorted((tmp_path / run).glob("ckpt_*.h5"))[-1], "r") as f:
+            assert f["privacy/q"].shape == (rounds,) and f["privacy/counts"].shape == (7,)
+            assert int(f["privacy/counts"][()].sum()) == sum(r["active_clients"] for r in metrics(tmp_path / run))
