@@ -1,8 +1,9 @@
 """Fuzz of the inputs a user writes: config files, overrides and data files, generated from the config's own
 fields and the data arrays' shapes as well as written by hand. Every case must end in ONE line on stderr
 naming the field or file, exit status 2, no traceback, within its time (no hang), without a file changed
-in the existing run it points at, and the whole suite within a bounded memory (the YAML alias bombs
-below expand to 10^9 and more values).
+in the existing run it points at and no run directory (or lock) left where a refused new run would have
+gone, and the whole suite within a bounded memory (the YAML alias bombs below expand to 10^9 and more
+values; the malformed federated_h5 files declare up to 24 GB).
 
 In-process (``fedrun.cli.main``), one real run made first; tests/test_bad_inputs.py covers the on-disk
 formats (IDX, CIFAR, LEAF, checkpoints) the same way.
@@ -23,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 from helpers import LEAST_SQUARES, file_digests, one_line_problems
+from test_federated_h5_checks import CASES, FOUND_IN_TRAINING, h5_settings, malformed_pair
 
 from fedrun.cli import main
 from fedrun.config import Config
@@ -215,6 +217,14 @@ HAND_OVERRIDES = [
     ("data.synthetic.shape=" + BOMB_VALUE, "more than"),
     ("local.lr=" + "9" * 5000, "local.lr"),
     ("run.name=" + "x" * (MAX_BYTES + 1), "more than"),
+    # a path left empty is not the default; out-of-range counts are refused, not clamped; paths the OS refuses
+    ("state.dir=", "state.dir"),
+    ("metrics.mlflow=", "metrics.mlflow"),
+    ("state.dir=''", "state.dir"),
+    ("eval.clients=1e12", "eval.clients"),
+    ("eval.clients=1000000000000", "eval.clients"),
+    ("state.dir=/tmp/" + "a" * 5300, "state.dir"),
+    ("run.dir=/tmp/" + "/".join(["b" * 200] * 30), "run.dir"),
 ]
 
 
@@ -261,7 +271,8 @@ def _in_process(argv: list[str]) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-def test_fuzzed_configs_overrides_and_data_give_one_line_and_status_2(tmp_path):
+def test_fuzzed_configs_overrides_and_data_give_one_line_and_status_2(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # federated_h5 indexes
     run = tmp_path / "run"
     assert _in_process(["train", "--quiet", f"run.dir={run}", *LS]) == (0, "")
     before = file_digests(run)
@@ -280,6 +291,14 @@ def test_fuzzed_configs_overrides_and_data_give_one_line_and_status_2(tmp_path):
     cases += [("data", ["train", "--quiet", *LS, "data.name=arrays", f"data.root={path}", "model.name=logistic",
                         "run.dtype=float32", "data.partition=iid", f"run.dir={fresh}"], needle)
               for path, needle in _generated_data(inputs)]
+    (inputs / "a_file").write_text("not a directory")
+    cases += [("state", [*new, "state.store=disk", f"state.dir={inputs / 'a_file'}"], "state.dir")]
+    for case in CASES:  # malformed TensorFlow-Federated files, refused at start-up (tests/test_federated_h5_checks.py)
+        if case not in FOUND_IN_TRAINING:
+            pair = inputs / f"h5_{len(cases)}"
+            pair.mkdir()
+            name, client, _ = malformed_pair(pair, case)
+            cases.append(("federated_h5", [*new, *h5_settings(pair)], f"{pair / name}: client {client!r}"))
     cases += [("command", ["train", "--config", "a.yaml", "--config", "b.yaml"], "--config given twice"),
               ("command", ["train", "--resume", "auto", "--resume", "auto"], "--resume given twice")]
     failures = []
@@ -292,9 +311,8 @@ def test_fuzzed_configs_overrides_and_data_give_one_line_and_status_2(tmp_path):
         if after != before:
             problems.append("changed the existing run")
             before = after
-        if fresh.exists():
-            if file_digests(fresh):
-                problems.append(f"wrote {sorted(file_digests(fresh))}")
+        if fresh.exists():  # a refused run writes nothing: no run directory, no .lock
+            problems.append(f"left {sorted(p.name for p in fresh.iterdir()) or 'the run directory'}")
             shutil.rmtree(fresh)
         if problems:
             failures.append(f"[{category}] {argv[-1][:80]!r}: {', '.join(problems)}: {err[-500:]!r}")
