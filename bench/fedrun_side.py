@@ -46,7 +46,8 @@ def prepare(wl: workloads.Workload, partition: str) -> tuple[Path, Path]:
 def main() -> None:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=1)
-    p.add_argument("--strategy", default="auto", choices=["auto", "fastest", "sequential", "channels_last", "vmap", "batched"])
+    p.add_argument("--strategy", default="auto",
+                   choices=["auto", "fastest", "sequential", "channels_last", "vmap", "batched"])
     args = p.parse_args()
     wl = workloads.get_workload(args.workload, **overrides(args))
     npz, trace = prepare(wl, args.partition)

@@ -7,7 +7,8 @@
 
 Each (workload, system) runs ``--reps`` times as a fresh process; the table shows the median over
 repetitions of each run's median s/round (rounds 4..end) with the min-max over repetitions, the ratio
-of every system's time to fedrun on 2 ranks, and the final accuracy (a system that is fast but learns
+of every system's time to fedrun on 2 ranks, its speed-up over the bare loop (bare's time / its time),
+and the final accuracy (a system that is fast but learns
 less is not faster). ``--record`` appends the table to bench/RESULTS.md with the date and machine.
 ``--baseline DIR`` adds ``fedrun-1@base`` and ``fedrun-2@base``: the fedrun of another checkout (a git
 worktree of an earlier commit), run by that checkout's own bench/fedrun_side.py in the same interleaved
@@ -92,11 +93,12 @@ def main() -> None:
                                statistics.median(r["final_accuracy"] for r in reps),
                                statistics.median(r["total_s"] for r in reps))
         ref = results.get("fedrun-2", (float("nan"),))[0]
+        bare = results.get("bare", (float("nan"),))[0]
         for system, (med, lo, hi, acc, total) in results.items():
             rows.append(f"| {workload} | {system} | {med:.4f} | {lo:.4f}-{hi:.4f} | {med / ref:.2f} | "
-                        f"{acc:.3f} | {total:.1f} |")
-    table = "\n".join(["| workload | system | median s/round | min-max | ratio to fedrun-2 | final acc | total s |",
-                       "|---|---|---|---|---|---|---|", *rows])
+                        f"{bare / med:.2f}x | {acc:.3f} | {total:.1f} |")
+    table = "\n".join(["| workload | system | median s/round | min-max | ratio to fedrun-2 | speed-up over bare | "
+                       "final acc | total s |", "|---|---|---|---|---|---|---|---|", *rows])
     print(table)
     if args.record:
         machine = f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}"

@@ -20,44 +20,51 @@ from fedrun.data.client_block import Batches
 from fedrun.models import build_model
 from fedrun.protocol import LocalPlan
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import CHUNK_CPU, local_oracle
+from fedrun.training.gradients import Chunks, chunk_size, local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.losses import cross_entropy, half_squared_error
 from fedrun.training.strategy import EXACT_BATCHED
 
-CLIENTS, EXAMPLES, STEPS, BATCH = CHUNK_CPU + 6, 6, 2, 4  # two chunks, the second one padded
+EXAMPLES, STEPS, BATCH = 6, 2, 4
 TARGET = 5  # the client whose bits are compared; it takes short batches (3 and 2 examples)
-SHAPES = {"linear": (16,), "logistic": (16,), "lstm_shakespeare_unrolled": (6,), "cnn_femnist": (1, 28, 28),
-          "cnn_cifar10": (3, 32, 32), "cnn_svhn": (3, 32, 32), "resnet18": (3, 16, 16)}
-# the chunks that hold TARGET: first in a full chunk, in its middle, last in it, in a padded second chunk
-PLACES = [[TARGET, *[c for c in range(CLIENTS) if c != TARGET]][:CHUNK_CPU],
-          [c for c in range(CHUNK_CPU + 1) if c != 0][:CHUNK_CPU],
-          [*[c for c in range(CLIENTS) if c != TARGET][:CHUNK_CPU - 1], TARGET],
-          [*[c for c in range(CLIENTS) if c != TARGET], TARGET]]
+SHAPES = {"linear": (16,), "logistic": (16,), "lstm_shakespeare_unrolled": (6,), "cnn_femnist": (1, 8, 8),
+          "cnn_cifar10": (3, 32, 32), "cnn_svhn": (3, 32, 32)}  # FEMNIST's layers on 8x8 images: d = 0.5M
+
+
+def places(real: int) -> list[list[int]]:
+    """Blocks that hold TARGET first in a full chunk, in its middle, at its last real row, and in a padded
+    second chunk (chunks of ``real`` clients)."""
+    others = [c for c in range(real + 6) if c != TARGET]
+    half = real // 2
+    return [[TARGET, *others[:real - 1]], [*others[:half], TARGET, *others[half:real - 1]],
+            [*others[:real - 1], TARGET], [*others[:real + 3], TARGET]]
 
 
 class Block:
-    """A model, its flat vector and CLIENTS clients of synthetic data with their per-client inputs."""
+    """A model, its flat vector and chunk-and-a-bit of clients of synthetic data with their per-client inputs."""
 
     def __init__(self, name: str, dtype: torch.dtype) -> None:
         torch.manual_seed(0)
         shape, classes = SHAPES[name], 81 if name.startswith("lstm") else 10
         self.model = FlatModel(build_model(name, shape, classes).to(dtype))
         self.x0 = self.model.initial_vector(dtype, torch.device("cpu"))
-        count, d = CLIENTS * EXAMPLES, self.model.dim
+        d = self.model.dim
+        self.real = Chunks.of(chunk_size(torch.device("cpu"), d), d).real
+        clients = self.real + 6
+        count = clients * EXAMPLES
         self.x = torch.randint(0, classes, (count, *shape)) if name.startswith("lstm") else \
             torch.randn(count, *shape, dtype=dtype)
         self.y = torch.randn(count, 1, dtype=dtype) if name == "linear" else torch.randint(0, classes, (count,))
         self.loss = half_squared_error if name == "linear" else cross_entropy
         rng = torch.Generator().manual_seed(1)
         self.index = torch.stack([torch.randint(c * EXAMPLES, (c + 1) * EXAMPLES, (STEPS, BATCH), generator=rng)
-                                  for c in range(CLIENTS)])
-        self.sizes = torch.full((CLIENTS, STEPS), BATCH)
+                                  for c in range(clients)])
+        self.sizes = torch.full((clients, STEPS), BATCH)
         self.sizes[TARGET] = torch.tensor([3, 2])
         self.sizes[2, 1] = 0  # a client that skips its last step (epochs mode)
-        self.correction = 1e-2 * torch.randn(CLIENTS, d, generator=rng).to(dtype)
-        self.scale = torch.rand(CLIENTS, generator=rng).to(dtype) + 0.5
-        self.moments = {k: 1e-3 * torch.rand(CLIENTS, d, generator=rng).to(dtype) for k in ("m", "v")}
+        self.correction = 1e-2 * torch.randn(clients, d, generator=rng).to(dtype)
+        self.scale = torch.rand(clients, generator=rng).to(dtype) + 0.5
+        self.moments = {k: 1e-3 * torch.rand(clients, d, generator=rng).to(dtype) for k in ("m", "v")}
 
     def plan(self, rule: str, rows: torch.Tensor) -> tuple[LocalPlan, LocalConfig]:
         start = self.x0.expand(len(rows), -1)
@@ -94,7 +101,7 @@ def check_places(name: str, dtype: torch.dtype, rule: str) -> None:
     block = Block(name, dtype)
     alone = block.trained([TARGET], rule)[0]
     assert not torch.equal(alone, block.x0)  # training moved the client: the comparison is not vacuous
-    for rows in PLACES:
+    for rows in places(block.real):
         together = block.trained(rows, rule)[rows.index(TARGET)]
         assert torch.equal(together, alone), (rule, rows.index(TARGET), (together - alone).abs().max().item())
 
@@ -107,15 +114,13 @@ def test_dense_models_give_a_client_the_same_bits_at_any_position(name, rule, dt
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
-@pytest.mark.parametrize("name", ["lstm_shakespeare_unrolled", "cnn_femnist", "cnn_cifar10", "cnn_svhn",
-                                  "resnet18"])
+@pytest.mark.parametrize("name", ["lstm_shakespeare_unrolled", "cnn_femnist", "cnn_cifar10", "cnn_svhn"])
 def test_every_batched_model_gives_a_client_the_same_bits_at_any_position(name, dtype):
     check_places(name, dtype, "corrected")
 
 
 def test_the_verified_models_are_the_ones_tested():
-    tested = {"linear", "logistic", "lstm_shakespeare_unrolled", "cnn_femnist", "cnn_cifar10", "cnn_svhn",
-              "resnet18"}
+    tested = {"linear", "logistic", "lstm_shakespeare_unrolled", "cnn_femnist", "cnn_cifar10", "cnn_svhn"}
     assert EXACT_BATCHED == tested
 
 

@@ -116,4 +116,5 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     assert report["collectives"]["backend"] == "gloo" and report["collectives"]["unchanged"]
     assert {"sequential", "channels_last"} <= set(report["strategies"][1]["timings_s"])  # cnn_svhn
     assert [r["strategy"] for r in report["w1_resnet18"]] == ["sequential", "channels_last", "vmap"]
+    assert [(r["model"], r["exact"]) for r in report["batched"]] == [("logistic", True)]  # chunk positions
     assert "| W1 model | strategy |" in (tmp_path / "gpu.md").read_text()

@@ -30,8 +30,10 @@ from fedrun.data.hashing import hash_keys
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn
 
-CHUNK_CPU = 16  # clients per batched call on a CPU (W2: 16 amortizes the call overhead; bench/RESULTS.md)
-CHUNK_CUDA = 64  # on a GPU, where a call's launch overhead is larger and its arithmetic cheaper
+# clients per batched call, by device type and model size (bench/RESULTS.md: on W2's logistic regression a
+# CPU call costs about as much as 100 clients' arithmetic, so 64 rows take 34 ms for 100 clients, 16 take 78)
+CHUNK = {("cpu", False): 64, ("cpu", True): 16, ("cuda", False): 256, ("cuda", True): 64}  # (device, large)
+LARGE = 1 << 20  # parameters above which a model is large (memory: a solver holds several [S, d] copies)
 TAIL = 64  # elements of padding that end every chunk: more than a vectorized loop's scalar remainder
 Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, rows, step) -> (g, loss)
 
@@ -98,7 +100,10 @@ class Chunks:
 
     @staticmethod
     def of(size: int, dim: int) -> Chunks:
-        return Chunks(size, size - -(-TAIL // dim))
+        """Chunks of ``size`` rows for d = ``dim`` (at least twice the padding rows, for tiny models)."""
+        pad = -(-TAIL // dim)
+        size = max(size, 2 * pad)
+        return Chunks(size, size - pad)
 
     def layout(self, count: int) -> tuple[Tensor, Tensor]:
         """For ``count`` clients: the client each padded row copies and which rows are clients (both
@@ -123,10 +128,11 @@ def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: 
                                                steps=batches.steps, x=batches.x, y=batches.y, slots=batches.slots))
 
 
-def chunk_size(device: torch.device) -> int:
-    """Clients per call of the ``batched`` strategy: a constant of the device type, never of the number of
-    ranks or of the cohort, so that every run of a model on that device type calls the same kernel shapes."""
-    return CHUNK_CUDA if device.type == "cuda" else CHUNK_CPU
+def chunk_size(device: torch.device, dim: int) -> int:
+    """Rows per call of the ``batched`` strategy: a function of the device type and the model's size, never
+    of the number of ranks or of the cohort, so that every run of a model on a device type calls the same
+    kernel shapes."""
+    return CHUNK["cuda" if device.type == "cuda" else "cpu", dim > LARGE]
 
 
 def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, batches: Batches,
@@ -137,7 +143,7 @@ def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, batches: Batc
     if strategy == "vmap":
         return vmap_oracle(model, loss_fn, batches), None
     if strategy == "batched":
-        chunks = Chunks.of(chunk_size(batches.index.device), model.dim)
+        chunks = Chunks.of(chunk_size(batches.index.device, model.dim), model.dim)
         return chunked_oracle(model, loss_fn, batches, chunks), chunks
     if strategy == "channels_last":
         model = FlatModel(model.module, channels_last=True)
