@@ -241,7 +241,7 @@ def test_local_executor_honours_array_parallelism(tmp_path):
     proc = run_ranks(0, ["-m", "fedrun", "sweep", str(sweep), "--executor", "local", "--wait"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     # what it is doing while it checks and runs, and a summary in words (not a dict)
-    assert "fedrun sweep: checking 2 run(s) before submitting" in proc.stdout and "skipped none" in proc.stdout
+    assert "fedrun sweep: checking 2 run(s) before submitting" in proc.stderr and "skipped none" in proc.stdout
     assert "fedrun sweep: 2 tasks: 0 pending, 0 running, 2 done, 0 failed" in proc.stdout, proc.stdout
     spans = []
     for runtime in (tmp_path / "sweep").rglob("runtime.json"):

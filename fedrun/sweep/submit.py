@@ -276,14 +276,15 @@ def write_manifest(spec: SweepSpec, runs: list[RunSpec]) -> None:
 
 
 def submit_sweep(spec: SweepSpec, executor: str = "slurm", dry_run: bool = False,
-                 out=print, validate: bool = True) -> list[tuple[RunSpec, Any]]:
+                 out=print, validate: bool = True, progress=None) -> list[tuple[RunSpec, Any]]:
     """Submit the runs of ``spec`` that are not done or queued; returns ``[(run, submitit job)]``.
 
     Before anything is written or queued, every run to submit is validated as ``fedrun train`` would
     (config, then model/data fit; :mod:`fedrun.sweep.validate`): any bad run raises
     :class:`SweepTaskError` with one line per bad run, and nothing is submitted.
     ``dry_run`` validates the same way, prints one line per run (status, directory, overrides) and
-    submits nothing.
+    submits nothing. ``progress(line)`` (default: stderr) is told what the validation checks, as it goes
+    (each model/data check loads a dataset: a sweep can take a minute before anything is submitted).
     """
     spec.root = spec.root.resolve()
     runs = spec.runs()
@@ -291,9 +292,10 @@ def submit_sweep(spec: SweepSpec, executor: str = "slurm", dry_run: bool = False
     todo = [run for run in runs if status[run.name] not in ("done", "queued")]
     if validate and todo:
         started = time.monotonic()
-        out(f"fedrun sweep: checking {len(todo)} run(s) before submitting (config, then model and data)")
-        problems = validate_runs(spec, todo, progress=out)  # index i in todo = array index i of the submission
-        out(f"fedrun sweep: checked {len(todo)} run(s) in {time.monotonic() - started:.1f} s")
+        progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+        progress(f"fedrun sweep: checking {len(todo)} run(s) before submitting (config, then model and data)")
+        problems = validate_runs(spec, todo, progress)  # index i in todo = array index i of the submission
+        progress(f"fedrun sweep: checked {len(todo)} run(s) in {time.monotonic() - started:.1f} s")
         if problems:
             raise SweepTaskError(problems)
     if dry_run:
