@@ -34,18 +34,20 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from fedrun.errors import ConfigError
-from fedrun.privacy.accountant import Accountant, calibrate
 from fedrun.privacy.config import PrivacyConfig
 from fedrun.protocol import Declaration, RoundContext
 from fedrun.runtime.flat import broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
+
+if TYPE_CHECKING:  # dp-accounting (and the scipy parts it loads) is imported by a private run only
+    from fedrun.privacy.accountant import Accountant
 
 STREAM_CENTRAL = 0x4450435A  # "DPCZ": the noise rank 0 adds to the round's sum, rng(seed, t, .)
 STREAM_LOCAL = 0x44504C5A  # "DPLZ": client i's own noise in local mode, rng(seed, t, i, .)
@@ -118,6 +120,8 @@ class Privacy:
 
     def __init__(self, cfg: PrivacyConfig, algorithm: str, decl: Declaration, participation: Any, planner: Any,
                  num_clients: int, rounds: int, seed: int, asynchronous: bool, world: World) -> None:
+        from fedrun.privacy.accountant import Accountant, calibrate  # here: runs without privacy never load it
+
         self.cfg, self.seed, self.world = cfg, seed, world
         self.names = [e.name for e in decl.up]
         self.central = cfg.mode == "central"
