@@ -561,7 +561,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     for section in PLUGIN_SETTINGS:
         if isinstance(data.get(section), dict):
             data[section], extras[section] = _split_settings(section, data[section])
-    from fedrun.data.federated_h5_count import with_client_count  # h5py: a config needs no torch
+    from fedrun.config_h5 import with_client_count  # h5py only: reading a config needs no torch
 
     data.update({"data": with_client_count(data["data"])} if "data" in data else {})
     algo_raw = data.pop("algorithm", None) or {}
