@@ -5,6 +5,7 @@ real MPI ranks and after SIGKILL + resume (epsilon included)."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -212,3 +213,25 @@ def test_sigkill_then_resume_is_bit_identical_epsilon_included(tmp_path, extra):
         with h5py.File(sorted((tmp_path / run).glob("ckpt_*.h5"))[-1], "r") as f:
             assert f["privacy/q"].shape == (rounds,) and f["privacy/counts"].shape == (7,)
             assert int(f["privacy/counts"][()].sum()) == sum(r["active_clients"] for r in metrics(tmp_path / run))
+
+
+def test_epsilon_reaches_tensorboard_and_mlflow_as_in_metrics_jsonl(tmp_path):
+    """A private run with both sinks on: TensorBoard's reader and the MLflow store hold the same epsilon per
+    round as metrics.jsonl (and it grows)."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "run"
+    fedrun.run({}, [*BASE, "run.rounds=3", f"run.dir={run_dir}", "privacy.mode=central",
+                    f"privacy.noise_multiplier={SIGMA}", "participation.pattern=p2", "metrics.tensorboard=true",
+                    f"metrics.mlflow=sqlite:///{tmp_path / 'mlflow.db'}"])
+    want = [r["epsilon"] for r in metrics(run_dir)]
+    assert len(want) == 3 and 0 < want[0] < want[1] < want[2]
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("epsilon")] == \
+        [(r, pytest.approx(w, rel=1e-6)) for r, w in zip((1, 2, 3), want, strict=True)]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    history = sorted(client.get_metric_history(run_id, "epsilon"), key=lambda m: m.step)
+    assert [(m.step, m.value) for m in history] == [(r, pytest.approx(w)) for r, w in zip((1, 2, 3), want, strict=True)]
