@@ -149,13 +149,15 @@ def test_sweep_file_errors_name_the_key(tmp_path, body, message):
         load_sweep(path)
 
 
-def test_dry_run_prints_one_line_per_run(tmp_path, capsys):
-    from fedrun.sweep import sweep_main
-
+def test_dry_run_prints_one_line_per_run(tmp_path):
+    """Through the real command (its own process): one line per run on stdout, the checks' progress on stderr."""
     path = write_sweep(tmp_path, {"algorithm.name": ["fedavg", "fedsum"], "run.seed": [0, 1]},
                        {"run": {"rounds": 2}}, {"tasks": 2})
-    assert sweep_main([str(path), "--dry-run"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    proc = subprocess.run([sys.executable, "-m", "fedrun", "sweep", str(path), "--dry-run"], capture_output=True,
+                          text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    assert "fedrun sweep: checked 4 run(s)" in proc.stderr
+    lines = proc.stdout.splitlines()
     assert len(lines) == 5 and lines[-1].startswith("4 runs in ")
     assert lines[0].split()[0] == "new" and "algorithm.name=fedavg run.seed=0" in lines[0]
     assert not (tmp_path / "t").exists()  # a dry run writes nothing
