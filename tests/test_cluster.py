@@ -149,12 +149,17 @@ def test_sweep_file_errors_name_the_key(tmp_path, body, message):
         load_sweep(path)
 
 
+def dry_run(path: Path) -> subprocess.CompletedProcess:
+    """``fedrun sweep PATH --dry-run``, the real command in its own process."""
+    return subprocess.run([sys.executable, "-m", "fedrun", "sweep", str(path), "--dry-run"], capture_output=True,
+                          text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
 def test_dry_run_prints_one_line_per_run(tmp_path):
     """Through the real command (its own process): one line per run on stdout, the checks' progress on stderr."""
     path = write_sweep(tmp_path, {"algorithm.name": ["fedavg", "fedsum"], "run.seed": [0, 1]},
                        {"run": {"rounds": 2}}, {"tasks": 2})
-    proc = subprocess.run([sys.executable, "-m", "fedrun", "sweep", str(path), "--dry-run"], capture_output=True,
-                          text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = dry_run(path)
     assert proc.returncode == 0, proc.stderr
     assert "fedrun sweep: checked 4 run(s)" in proc.stderr
     lines = proc.stdout.splitlines()
@@ -176,30 +181,27 @@ LS = {"data": {"name": "least_squares", "num_clients": 4}, "model": {"name": "li
      "model.name=cnn_mnist: model.name=cnn_mnist does not fit the data: it expects [C, 28, 28] images, "
      "data.name=least_squares gives [5] floats per example ("),
 ])
-def test_dry_run_validates_every_task_as_train_would(tmp_path, capsys, grid, bad_index, line):
+def test_dry_run_validates_every_task_as_train_would(tmp_path, grid, bad_index, line):
     """One line per bad task naming the array index, the override and the field; exit 2; nothing written."""
-    from fedrun.sweep import sweep_main
-
     path = write_sweep(tmp_path, grid, LS, {"tasks": 2})
-    assert sweep_main([str(path), "--dry-run"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    bad = [x for x in captured.err.splitlines() if "array index" in x]
+    captured = dry_run(path)
+    assert captured.returncode == 2, captured.stderr
+    assert captured.stdout == ""
+    bad = [x for x in captured.stderr.splitlines() if "array index" in x]
     runs = load_sweep(path).runs()
-    assert len(bad) == 1, captured.err
+    assert len(bad) == 1, captured.stderr
     assert bad[0].startswith(f"fedrun sweep: array index {bad_index} ({runs[bad_index].name}): {line}"), bad[0]
-    assert captured.err.splitlines()[-1] == "fedrun sweep: 1 invalid task(s); nothing submitted"
+    assert captured.stderr.splitlines()[-1] == "fedrun sweep: 1 invalid task(s); nothing submitted"
     assert not (tmp_path / "t").exists()
 
 
-def test_model_data_mismatch_in_the_base_config_blames_it(tmp_path, capsys):
-    from fedrun.sweep import sweep_main
-
+def test_model_data_mismatch_in_the_base_config_blames_it(tmp_path):
     config = {**LS, "model": {"name": "cnn_cifar10"}, "data": {"name": "synthetic",
               "synthetic": {"shape": [1, 28, 28], "examples_per_client": 2, "test_examples": 4}}}
     path = write_sweep(tmp_path, {"run.seed": [0, 1]}, config, {"tasks": 1})
-    assert sweep_main([str(path), "--dry-run"]) == 2
-    bad = [x for x in capsys.readouterr().err.splitlines() if "array index" in x]
+    proc = dry_run(path)
+    assert proc.returncode == 2, proc.stderr
+    bad = [x for x in proc.stderr.splitlines() if "array index" in x]
     assert [x.split(": ", 3)[2] for x in bad] == ["base config", "base config"]  # both seeds, same cause
     assert "model.name=cnn_cifar10 does not fit the data: it expects [C, 32, 32] images, data.name=synthetic " \
            "gives [1, 28, 28] floats per example" in bad[0]
