@@ -96,6 +96,19 @@ def mpiexec() -> str:
     return found
 
 
+def reset_peak_rss() -> None:
+    """Start this process's peak-memory count afresh (Linux: 5 into /proc/self/clear_refs resets VmHWM), so that
+    what a test measures is its own peak, not the peak of whatever ran before it in the same pytest process."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss_gib() -> float:
+    """This process's peak resident memory since reset_peak_rss (VmHWM). Not ru_maxrss: that one carries over exec
+    from the forking parent, so a child of a large pytest process would report the parent's peak."""
+    line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 2**20  # kB -> GiB
+
+
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")

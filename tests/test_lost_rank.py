@@ -59,7 +59,8 @@ def _start(launcher: str, run: Path) -> tuple[subprocess.Popen, dict[int, int]]:
 
 
 def _fedrun_lines(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.startswith("fedrun")]
+    """fedrun's own lines ("fedrun[rank 0]: ...", "fedrun: ..."), not torchrun's "fedrun FAILED" banner."""
+    return [line for line in err.splitlines() if line.startswith(("fedrun[", "fedrun:"))]
 
 
 def _named(err: str, dead: int) -> list[str]:
