@@ -147,7 +147,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     if args.defaults:
-        from fedrun.config_help import format_keys
+        from fedrun.config.help import format_keys
 
         print(format_keys(cfg))
     else:

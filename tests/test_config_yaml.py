@@ -1,4 +1,4 @@
-"""Configs read as written (fedrun/config_yaml.py, fedrun/config.py): YAML 1.2 numbers, merge keys, section
+"""Configs read as written (fedrun/config/yaml12.py, fedrun/config/loading.py): YAML 1.2 numbers, merge keys, section
 overrides that merge, repeated settings printed, run.dir expanded; and a rendezvous that fails ends in one
 line within its timeout (fedrun/runtime/world.py)."""
 
@@ -13,7 +13,7 @@ import pytest
 from helpers import LEAST_SQUARES, REPO, child_env, run_ranks
 
 from fedrun.config import load_config, repeated_settings
-from fedrun.config_yaml import parse_yaml
+from fedrun.config.yaml12 import parse_yaml
 from fedrun.errors import ConfigError
 
 

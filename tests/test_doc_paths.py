@@ -4,7 +4,7 @@ exists.
 Scanned: README.md, docs/**/*.md and every YAML file of configs/, experiments/, examples/ and slurm/ (all
 their text), and the comments and docstrings of the Python files under fedrun/, tests/, bench/,
 experiments/ and examples/. A path is a word that starts with one of the repository's top-level
-directories and a slash (``fedrun/config.py``, ``tests/test_resume.py``, ``docs/results/``), backticked or
+directories and a slash (``fedrun/config/tree.py``, ``tests/test_resume.py``, ``docs/results/``), backticked or
 not; ``test_{a,b}.py`` stands for each of its names. Templates (``ckpt_<round>.h5``, ``runs/{name}``,
 ``*.h5``) are not paths, and what runs and set-up scripts write is not in the repository (``GENERATED``).
 Markdown links are checked too, relative to the file that holds them. A dotted name ``fedrun.<a>.<b>`` is a

@@ -26,7 +26,7 @@ from fedrun import catalog
 from fedrun.algorithms import ALGORITHMS
 from fedrun.cli import main
 from fedrun.config import load_config
-from fedrun.config_help import describe_keys
+from fedrun.config.help import describe_keys
 from fedrun.data import BUILTIN, ON_DEMAND
 from fedrun.data.sources import DATASETS
 from fedrun.federation.participation import PATTERNS, make_participation

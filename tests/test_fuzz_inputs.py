@@ -27,7 +27,7 @@ from test_federated_h5_checks import CASES, FOUND_IN_TRAINING, h5_settings, malf
 
 from fedrun.cli import main
 from fedrun.config import Config
-from fedrun.config_yaml import MAX_BYTES, MAX_DEPTH, parse_yaml
+from fedrun.config.yaml12 import MAX_BYTES, MAX_DEPTH, parse_yaml
 from fedrun.data.sizes import PER_CLIENT_BYTES, available_bytes
 
 N, D = 6, 5

@@ -2,7 +2,8 @@
 (``fedrun.errors``) imports nothing else of fedrun. The experiments' home, ``experiments/`` (scripts that
 import each other by file name), has no cycle either, and fedrun never imports an experiment.
 The ground floor owns every error type: no other module of fedrun defines one, and every module (tests,
-benchmarks and experiments too) imports them from there.
+benchmarks and experiments too) imports them from there. One concept a module: no module of fedrun/ is
+longer than ``MAX_LINES`` lines.
 
 Run ``python tests/test_layering.py`` to print every cycle of fedrun/ and of experiments/ (a strongly
 connected component of the graph) with one import that closes it.
@@ -17,6 +18,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "fedrun"
 EXPERIMENTS = PACKAGE.parent / "experiments"
 GROUND_FLOOR = ("fedrun.errors",)
+MAX_LINES = 450  # past this a module holds more than one concept: split it (docs/design.md)
 
 
 def module_name(path: Path) -> str:
@@ -164,6 +166,13 @@ def test_error_types_are_imported_from_the_ground_floor():
                 wrong = [a.name for a in node.names if a.name in errors and node.module != "fedrun.errors"]
                 assert not wrong, (f"{path.relative_to(PACKAGE.parent)}:{node.lineno} imports {', '.join(wrong)} "
                                    f"from {node.module}; error types come from fedrun.errors")
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them by concept): " + ", ".join(
+        f"{path} ({n})" for path, n in sorted(long.items()))
 
 
 def test_the_checker_sees_a_function_level_cycle(tmp_path, monkeypatch):

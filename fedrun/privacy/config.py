@@ -1,4 +1,4 @@
-"""The ``privacy`` config section (docs/privacy.md): its own module, so that fedrun/config.py only names it.
+"""The ``privacy`` config section (docs/privacy.md): its own module, so that fedrun/config/tree.py only names it.
 
 Only this section's own fields are checked here; what depends on the algorithm and the participation
 pattern (which algorithms central DP accepts, which accountant a pattern allows) is checked when the run

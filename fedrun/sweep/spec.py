@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from fedrun.config_yaml import YAMLError, parse_yaml
+from fedrun.config.yaml12 import YAMLError, parse_yaml
 from fedrun.errors import ConfigError, SweepError, brief
 
 
@@ -143,7 +143,7 @@ def load_sweep(path: str | Path, root: str | Path | None = None) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
         raise SweepError(f"{path}: sweep file not found")
-    try:  # YAML 1.2, bounded, duplicate keys refused: as a config file (fedrun.config_yaml)
+    try:  # YAML 1.2, bounded, duplicate keys refused: as a config file (fedrun.config.yaml12)
         data = parse_yaml(path.read_text()) or {}
     except YAMLError as exc:
         raise SweepError(f"{path}: not valid YAML ({brief(str(exc).strip().splitlines()[0])[1:-1]})") from None

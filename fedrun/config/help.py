@@ -1,6 +1,6 @@
 """``fedrun config --defaults``: every config key with its default and what it means.
 
-The meanings are the comments next to the fields in the source of the config dataclasses (fedrun/config.py,
+The meanings are the comments next to the fields in the source of the config dataclasses (fedrun/config/sections.py,
 and an algorithm's ``Hparams`` wherever it lives, plugins included): a field's trailing comment, else the
 comment lines right above it. So the table cannot drift from the code.
 """
@@ -16,7 +16,8 @@ import textwrap
 import tokenize
 from typing import Any
 
-from fedrun.config import AlgorithmConfig, Config
+from fedrun.config.sections import AlgorithmConfig
+from fedrun.config.tree import Config
 
 
 def field_comments(cls: type) -> dict[str, str]:
