@@ -152,7 +152,8 @@ def test_a_malformed_file_is_one_line_naming_file_client_and_field(tmp_path, cas
 def test_bombs_are_refused_in_bounded_memory(tmp_path, case):
     """In a process of its own, to measure its peak memory: under 1 GiB (the bombs declare 3 to 24 GB)."""
     malformed_pair(tmp_path, case)
-    probe = ("import sys\nfrom fedrun.cli import main\ncode = main(sys.argv[1:])\n"  # its peak: VmHWM (helpers.peak_rss_gib)
+    # its own peak: VmHWM, as helpers.peak_rss_gib reads it (ru_maxrss would carry pytest's over exec)
+    probe = ("import sys\nfrom fedrun.cli import main\ncode = main(sys.argv[1:])\n"
              "print(next(line for line in open('/proc/self/status') if line.startswith('VmHWM:')).split()[1])\n"
              "sys.exit(code)")
     proc = subprocess.run([sys.executable, "-c", probe, *_train(tmp_path, tmp_path / "run")], capture_output=True,

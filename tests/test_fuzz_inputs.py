@@ -172,6 +172,8 @@ def _yaml_files(tmp: Path) -> list[tuple[Path, str]]:
         "timeout_tiny": ("run:\n  timeout_s: 0.001\n", "run.timeout_s"),
         "timeout_huge": ("run:\n  timeout_s: 1e300\n", "run.timeout_s"),
         "dir_empty": ("run:\n  dir: ''\n", "run.dir"),
+        "mlflow_empty": ("metrics:\n  mlflow: ''\n", "metrics.mlflow"),  # a value left out, not null
+        "state_dir_blank": ("state:\n  dir: ' '\n", "state.dir"),
         "dir_format": ("run:\n  dir: runs/{foo}\n", "run.dir"),
         "dir_format_index": ("run:\n  dir: runs/{0}\n", "run.dir"),
         "dir_format_bad": ("run:\n  dir: 'runs/{'\n", "run.dir"),

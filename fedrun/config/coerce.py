@@ -48,6 +48,9 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        if type(None) in args and isinstance(value, str) and not value.strip():  # `mlflow: ""`: a value left out
+            raise ConfigError(f"{where}: expected {' or '.join(_describe(a) for a in args if a is not type(None))}"
+                              f" or null for none, got an empty string")
         errors = []
         for arg in args:
             if arg is type(None):
