@@ -6,29 +6,17 @@ import copy
 import fcntl
 import json
 import os
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import IO
 
-import torch.distributed as dist
-
 from fedrun.config import Config, apply_overrides, config_from_dict, load_config
-from fedrun.errors import (
-    DISK_ERRORS,
-    EXIT_BAD_INPUT,
-    ConfigError,
-    RunFailure,
-    StartupInterrupted,
-    exit_code,
-    one_line,
-    raised_on_every_rank,
-    report,
-    report_error,
-    writing,
-)
-from fedrun.federation.loop import RoundCallback, RunResult, train
+from fedrun.errors import DISK_ERRORS, EXIT_BAD_INPUT, ConfigError, RunFailure, exit_code, writing
+from fedrun.federation.loop import RunOptions, RunResult, train
 from fedrun.metrics.log import standard
+from fedrun.metrics.observer import RoundCallback
 from fedrun.preflight import check_threads
-from fedrun.runtime.failures import claim_failure_report, failure_reported, lost_ranks, name_lost_ranks_on_quit
+from fedrun.runtime.failures import FailureGuard
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
 
@@ -53,92 +41,53 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
     The :class:`RunResult` holds, on every rank, the final global model ``x`` (a flat numpy vector in the
     model's parameter order) and ``model()`` (the trained ``torch.nn.Module``); on rank 0 also ``metrics``,
     the per-round records. A stop signal (SIGTERM, SIGUSR1, Ctrl-C) ends the run after a checkpoint with
-    :class:`fedrun.errors.RunInterrupted`.
+    :class:`fedrun.errors.RunInterrupted`. A failure on one rank of several ends the whole job with one
+    line naming it (:class:`fedrun.runtime.failures.FailureGuard`).
     """
-    if isinstance(config, (str, Path)):
-        cfg = load_config(config, overrides)
-    else:
-        data = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
-        apply_overrides(data, overrides)
-        cfg = config_from_dict(data)
+    cfg = _resolved(config, overrides)
     check_threads(cfg)  # before the rendezvous: every rank refuses it alike, rank 0 says so
     owns_world = world is None
     world = world or init_world(cfg.run.device, cfg.run.timeout_s)
     if signals is not None:
         signals.reinstall()  # MPI's initialisation may have taken SIGHUP (UCX's debug signal)
-    lock, restore_quit = None, name_lost_ranks_on_quit(world)
-    try:
-        run_dir = None
-        if write_files:
-            run_dir = cfg.run_dir()
-            if world.is_root:
-                lock = lock_run_dir(run_dir)
-        if progress and world.is_root:
-            print(f"fedrun: {cfg.algorithm.name} on {cfg.data.name}, {cfg.data.num_clients} clients, "
-                  f"{world.size} rank(s) on {world.device}, run dir {run_dir}", flush=True)
-        result = train(cfg, world, run_dir, progress=progress, resume=resume, signals=signals,
-                       accept_changes=tuple(accept_changes), callback=callback)
-        if run_dir is not None and world.is_root and result.rounds_run > 0 and not result.stopped:
-            write_result(run_dir, result.metrics)
-    except BaseException as exc:
-        refused = exit_code(exc) == EXIT_BAD_INPUT  # a refused run leaves no run directory or lock behind
-        if lock is not None:
-            lock.release(refused)
-            lock = None
-        if raised_on_every_rank(exc) and owns_world:
-            # every rank raised it after the same broadcast: rank 0 reports it once, then the ranks leave
-            # together; not after, since a launcher may kill rank 0 as soon as another rank exited non-zero
-            # (mpiexec, torchrun), and the line would be lost
-            if world.size > 1 and world.is_root:
-                report_error(exc)
-            world.close()
-        elif owns_world and world.size > 1 and isinstance(exc, StartupInterrupted):
-            # a signal before round 1 reaches each rank where it is: rank 0 says so, the job ends at once
-            if world.is_root:
-                report_error(exc)
-            world.abort(exit_code(exc))
-        elif owns_world and world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
-            # one rank failed: end the whole job now, naming the rank, rather than let peers hang. A rank
-            # failing on its own always says why; of the survivors that only lost contact, the first says
-            # which rank is gone and the others stay silent (one line for one failure)
-            message, lost_peer = one_line(exc), _lost_peer(exc)
-            lost = lost_ranks(world) if lost_peer else []
-            if lost_peer:
-                message = (f"{'; '.join(lost)}; lost contact in a collective: {message}"
-                           if lost else "lost contact with another rank (it died or failed; its message, if any, "
-                           f"is above): {message}")
-            # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway,
-            # unless its failure is bad input, which other ranks may meet alike at the same point (a data
-            # file, a plugin rule breaking its declaration): that is reported by the first claimant only
-            claimed = claim_failure_report(world, lost)
-            if claimed or not (lost_peer or exit_code(exc) == EXIT_BAD_INPUT):
-                report(f"fedrun[rank {world.rank}]: error: {message}")
-                failure_reported(world)
-            world.abort(exit_code(exc))
-        raise
-    finally:
-        restore_quit()
-        if lock is not None:
-            lock.release()
+    with FailureGuard(world, owns_world):
+        run_dir = cfg.run_dir() if write_files else None
+        lock: AbstractContextManager = lock_run_dir(run_dir) if run_dir is not None and world.is_root else nullcontext()
+        with lock:  # a refused run leaves no run directory or lock behind
+            if progress and world.is_root:
+                print(f"fedrun: {cfg.algorithm.name} on {cfg.data.name}, {cfg.data.num_clients} clients, "
+                      f"{world.size} rank(s) on {world.device}, run dir {run_dir}", flush=True)
+            result = train(cfg, world, run_dir, RunOptions(progress=progress, resume=resume, signals=signals,
+                                                           accept_changes=tuple(accept_changes), callback=callback))
+            if run_dir is not None and world.is_root and result.rounds_run > 0 and not result.stopped:
+                write_result(run_dir, result.metrics)
     if owns_world:
         world.close()
     return result
 
 
-def _lost_peer(exc: BaseException) -> bool:
-    """A collective failed because a peer's connection broke (gloo/NCCL transport errors)."""
-    text = str(exc)
-    return isinstance(exc, dist.DistError) or (isinstance(exc, RuntimeError) and any(
-        marker in text for marker in ("gloo/transport", "Connection reset by peer", "Connection closed by peer",
-                                      "NCCL error")))
+def _resolved(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...]) -> Config:
+    """The run's config: ``config`` (a YAML path, a dict of sections or a Config, left unchanged) with ``overrides``."""
+    if isinstance(config, (str, Path)):
+        return load_config(config, overrides)
+    data = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
+    apply_overrides(data, overrides)
+    return config_from_dict(data)
 
 
 class RunDirLock:
     """The held lock of a run directory and what taking it created (the directories, the lock file), so that
-    a refused run can leave nothing behind: :meth:`release` with ``refused`` removes what it created."""
+    a refused run can leave nothing behind: :meth:`release` with ``refused`` removes what it created. As a
+    context manager it releases on exit, as refused when bad input (exit status 2) leaves it."""
 
     def __init__(self, fh: IO[str], created: list[Path]) -> None:
         self.fh, self.created = fh, created
+
+    def __enter__(self) -> RunDirLock:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, *rest: object) -> None:
+        self.release(refused=exc is not None and exit_code(exc) == EXIT_BAD_INPUT)
 
     def release(self, refused: bool = False) -> None:
         """Release the lock; after a refusal also remove the lock file and the directories it created (a

@@ -195,7 +195,7 @@ def test_auto_store_takes_disk_when_dense_checkpoints_would_dwarf_the_rows_a_run
 def test_a_slow_checkpoint_write_says_so_and_then_how_long_it_took(capsys, monkeypatch):
     """The notice around a checkpoint write on rank 0: nothing for a quick write; for one past AFTER_S (3 s,
     here 0.05 s) a line while it is written and one with its duration after."""
-    from fedrun.federation.loop import SlowWriteNotice
+    from fedrun.federation.cadence import SlowWriteNotice
     from fedrun.runtime.signals import StopSignals
 
     monkeypatch.setattr(SlowWriteNotice, "AFTER_S", 0.05)

@@ -1,19 +1,19 @@
-"""The numbered round loop of a run: build once, resume, then rounds, checkpoints and stop signals.
+"""The numbered round loop of a run: build once, resume, then the rounds, each followed by its observers and
+the checkpoint cadence.
 
     setup, state = build(cfg, world, run_dir)          # fedrun.federation.build
     restore(setup, state, checkpoint)                   # on --resume (fedrun.federation.snapshot)
     for t in range(state.next_round, cfg.run.rounds):
-        entry = run_round(setup, state, t)              # fedrun.federation.rounds: where a round happens
-        ... metrics, progress, checkpoint every checkpoint.every rounds, at the end and on a signal
+        record = run_round(setup, state, t)             # fedrun.federation.rounds: where a round happens
+        halted = observers.on_round_end(record, arrays) # metrics.jsonl, clients.h5, TensorBoard, MLflow, the
+                                                        # progress line, the user's callback (fedrun.metrics.observer)
+        checkpoints.after_round(t + 1, halted)          # fedrun.federation.cadence; a stop signal ends the run there
 
 A run is exactly its :class:`~fedrun.federation.build.RunState` plus its config; a checkpoint saves that.
 """
 
 from __future__ import annotations
 
-import json
-import resource
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,24 +24,22 @@ import numpy as np
 import torch
 
 from fedrun.checkpoint import list_checkpoints
-from fedrun.checkpoint.files import remove_stale_temporaries
 from fedrun.config import Config
-from fedrun.errors import CheckpointError, ConfigError, RunInterrupted, argument, on_every_rank, writing
+from fedrun.errors import CheckpointError, ConfigError, argument, on_every_rank, writing
 from fedrun.federation import resume as resume_policy
 from fedrun.federation import snapshot
 from fedrun.federation.build import RunState, Setup, build
-from fedrun.federation.exchange import STOP_SIGNAL
+from fedrun.federation.cadence import Checkpoints
 from fedrun.federation.rounds import CLIENT_ARRAYS, run_round
-from fedrun.metrics.log import MetricsLog, Progress
+from fedrun.federation.runtime_log import RuntimeLog
+from fedrun.metrics.log import MetricsLog, Progress, flatten
 from fedrun.metrics.mlflow import MlflowLog
+from fedrun.metrics.observer import Observer, Observers, RoundCallback, UserCallback
 from fedrun.metrics.per_client import ClientMetricsFile
 from fedrun.metrics.tensorboard import TensorBoardLog
-from fedrun.runtime.provenance import provenance
 from fedrun.runtime.signals import StopSignals, shown
 from fedrun.runtime.world import World
 from fedrun.training.flat_model import module_at
-
-RoundCallback = Callable[[dict[str, Any]], Any]  # a round's record -> true to stop the run
 
 
 @dataclass
@@ -64,174 +62,151 @@ class RunResult:
         return module_at(self.module, torch.as_tensor(self.x)).eval()
 
 
-def train(cfg: Config, world: World, run_dir: Path | None, progress: bool = True,
-          resume: str | None = None, signals: StopSignals | None = None,
-          accept_changes: tuple[str, ...] = (), callback: RoundCallback | None = None) -> RunResult:
+@dataclass(frozen=True)
+class RunOptions:
+    """How :func:`train` runs beyond its config: the arguments of ``fedrun.run`` of the same names."""
+
+    progress: bool = True  # rank 0 prints start-up lines and the progress line
+    resume: str | None = None  # "auto" (the newest valid checkpoint of the run directory, if any) or a path
+    signals: StopSignals | None = None  # stop-signal handlers the caller installed (else: for the rounds only)
+    accept_changes: tuple[str, ...] = ()  # trajectory settings a resumed run may change
+    callback: RoundCallback | None = None  # rank 0's callback(record) after every round; true stops the run
+
+
+def train(cfg: Config, world: World, run_dir: Path | None, options: RunOptions) -> RunResult:
     """Run rounds ``start .. cfg.run.rounds - 1`` and return the final model and metrics.
 
-    With a run directory, a checkpoint is written every ``checkpoint.every`` rounds, at the end, and
-    when a stop signal arrives (then :class:`RunInterrupted` is raised after the checkpoint).
-    ``resume``: ``"auto"`` (newest valid checkpoint of the run directory, if any) or a file path.
-    ``signals``: stop-signal handlers installed by the caller (else installed for the rounds only).
     A resumed run may change only the settings :mod:`fedrun.federation.resume` accepts, and those in
-    ``accept_changes``. ``callback(record)`` is called on rank 0 after every round with the round's
-    metrics record; a true return value stops the run there (after a checkpoint, when there is a run
-    directory; the result then has ``stopped``). A resumed run that has done ``cfg.run.rounds`` already
-    says so and returns its final model, writing nothing.
+    ``options.accept_changes``; one that has done ``cfg.run.rounds`` already says so and returns its final
+    model, writing nothing. With a run directory, checkpoints follow :mod:`fedrun.federation.cadence` (a
+    stop signal raises :class:`RunInterrupted` after one). A run the callback stopped has ``stopped``.
     """
     torch.set_num_threads(cfg.run.threads)
     # nothing in the run directory changes before the inputs are checked: a run that is refused, or that
     # fails to load its data or checkpoint, leaves an earlier run's files as they were
-    path, changes = start_point(cfg, world, run_dir, resume, accept_changes)
-    if world.is_root and progress and resume == "auto" and path is None:
-        print(f"fedrun: no checkpoint in {run_dir}; starting a fresh run", flush=True)
+    path, changes = start_point(cfg, world, run_dir, options.resume, options.accept_changes)
     setup, state = build(cfg, world, run_dir)
-    metrics = MetricsLog(run_dir if world.is_root else None)
-    resume_s, resumed = None, None
-    if path is not None:
-        started = time.perf_counter()
-        snapshot.restore(setup, state, path)
-        resumed = state.next_round
-        resume_s = time.perf_counter() - started
-        if state.next_round == cfg.run.rounds:  # a finished run: say so, write nothing
-            if world.is_root:
-                print(f"fedrun: {run_dir or path} finished all {cfg.run.rounds} rounds already{_final(state.metrics)}; "
-                      "nothing to run (raise run.rounds to continue it, or choose another run.dir)", flush=True)
-            return _result(setup, state, cfg, rounds_run=0)
-        if world.is_root and progress:
-            print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
+    resume_s = _restore(setup, state, path, options)
+    if path is not None and state.next_round == cfg.run.rounds:
+        return _finished_already(setup, state, run_dir or path)
     # an unreachable tracking URI is bad input: refused before anything is written, on every rank
     tracker = decided_by_root(world, lambda: MlflowLog(run_dir if cfg.metrics.mlflow else None, cfg.metrics,
-                                                       cfg.run.name, resume_policy.flatten(cfg.to_dict())))
-    if run_dir is not None and world.is_root:
-        if path is not None:
-            metrics.sync(state.metrics)
-            with writing(run_dir / resume_policy.HISTORY):
-                resume_policy.record(run_dir, changes, str(path), state.next_round)
-            if changes:
-                print(f"fedrun: resuming {path.name} with changed settings: {'; '.join(map(str, changes))} "
-                      f"(recorded in {resume_policy.HISTORY})", flush=True)
-        with writing(run_dir / "config.yaml"):
-            (run_dir / "config.yaml").write_text(cfg.to_yaml())
+                                                       cfg.run.name, flatten(cfg.to_dict())))
+    metrics = MetricsLog(run_dir if world.is_root else None, state.metrics)
+    _record_start(setup, state, path, changes, metrics)
     runtime = RuntimeLog(setup, state, run_dir, resume_s)
-    root_dir = run_dir if world.is_root else None
-    clients = ClientMetricsFile(root_dir, setup.client_eval.ids, setup.client_eval.counts,
-                                resumed) if setup.client_eval else None
-    board = TensorBoardLog(root_dir if cfg.metrics.tensorboard else None, state.next_round + 1)
-    if signals is not None:
-        signals.starting = False  # from here on a stop signal finishes a round and writes a checkpoint
-    if tracker is not None:
-        tracker.log_provenance(runtime.data["provenance"], resume_policy.flatten(runtime.data["provenance"]))
-    if world.is_root and progress:
-        timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
-        print(f"fedrun: local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""), flush=True)
-        print(f"fedrun: client state {setup.store_choice}", flush=True)
-        if setup.privacy is not None:
-            print(f"fedrun: {setup.privacy.describe()}", flush=True)
-    bar = Progress(cfg.run.rounds, cfg.run.log_every) if (progress and world.is_root) else None
-    every = cfg.checkpoint.every
-    halted, first = False, state.next_round
-    saved = first  # the rounds done at the newest checkpoint (a resumed run starts at one)
-    with signals or StopSignals() as signals:
+    signals = options.signals or StopSignals()
+    observers = Observers(metrics, *_files(setup, state, path is not None), tracker,
+                          *_on_screen(setup, state, options, signals))
+    signals.starting = False  # from here on a stop signal finishes a round and writes a checkpoint
+    checkpoints = Checkpoints(setup, state, runtime, signals, announce=world.is_root and options.progress)
+    first = state.next_round
+    with signals, checkpoints:
+        observers.on_start(runtime.data["provenance"])
         try:
-            for t in range(state.next_round, cfg.run.rounds):
-                over = setup.privacy.over_budget(t) if setup.privacy is not None else None
-                if over is not None:  # the same decision on every rank (the accountant's state is replicated)
-                    if run_dir is not None and saved != t:
-                        path = snapshot.save(setup, state)
-                        runtime.checkpoint_written(t, path, 0.0)
-                    if world.is_root:
-                        shown(signals, print, f"fedrun: {over}", flush=True)
+            for t in range(first, cfg.run.rounds):
+                if _budget_spent(setup, t, checkpoints, signals):
                     break
-                entry = run_round(setup, state, t, stop_requested=lambda: signals.requested)
-                arrays = entry.pop(CLIENT_ARRAYS, None)
+                record = run_round(setup, state, t, stop_requested=lambda: signals.requested)
+                arrays = record.pop(CLIENT_ARRAYS, None)
                 if world.is_root:
-                    state.metrics.append(entry)
-                    metrics.sync(state.metrics)
-                    if clients is not None and arrays:
-                        clients.append(entry["round"], arrays)
-                    board.write(entry, arrays)
-                    if tracker is not None:
-                        tracker.write(entry, arrays)
-                    if bar is not None:
-                        shown(signals, bar.update, entry)
-                if callback is not None:  # rank 0 asks it, every rank learns the answer
-                    halted = world.broadcast_object(bool(callback(dict(entry))) if world.is_root else None)
-                stop = setup.exchange.stop_code() == STOP_SIGNAL
-                last = t + 1 == cfg.run.rounds
-                if run_dir is not None and (stop or halted or last or (every > 0 and (t + 1) % every == 0)):
-                    started = time.perf_counter()
-                    with SlowWriteNotice(t + 1, world.is_root and progress, signals):
-                        path = snapshot.save(setup, state)
-                    saved = t + 1
-                    runtime.checkpoint_written(t + 1, path, time.perf_counter() - started)
-                    if stop:
-                        raise RunInterrupted(f"stopped by {_stopped_by(signals.signal_name, t + 1)}; checkpoint "
-                                             f"{path}; resume with {argument('resume', 'auto')}")
+                    state.metrics.append(record)
+                halted = observers.on_round_end(record, arrays)
+                checkpoints.after_round(t + 1, halted)  # a stop signal raises RunInterrupted after the checkpoint
                 if halted:
-                    if world.is_root:
-                        kept = f"checkpoint {path}; resume with {argument('resume', 'auto')}" if run_dir else \
-                            "no run directory, nothing written"
-                        shown(signals, print, f"fedrun: the callback stopped the run after round {t + 1} ({kept})",
-                              flush=True)
+                    _say(setup, signals, f"the callback stopped the run after round {t + 1} ({checkpoints.kept()})")
                     break
-        except KeyboardInterrupt:  # Ctrl-C twice: no new checkpoint, and no half-written one left behind
-            if run_dir is not None and world.is_root:
-                remove_stale_temporaries(run_dir)
-            raise
         finally:
-            if tracker is not None:
-                tracker.close(finished=state.next_round == cfg.run.rounds)
-    board.close()
+            observers.on_stop(finished=state.next_round == cfg.run.rounds)
     runtime.finish()
-    return _result(setup, state, cfg, rounds_run=state.next_round - first,
-                   stopped=state.next_round < cfg.run.rounds)  # by the callback
+    return _result(setup, state, rounds_run=state.next_round - first, stopped=state.next_round < cfg.run.rounds)
 
 
-def _stopped_by(name: str, done: int) -> str:
-    """``a signal after round 12``, or for a request that is not a signal ``a closed stdout after round 12``;
-    ``name``: rank 0's :attr:`StopSignals.signal_name` (empty when another rank had the signal)."""
-    return f"{name if name and not name.startswith('SIG') else 'a signal'} after round {done}"
+def _restore(setup: Setup, state: RunState, path: Path | None, options: RunOptions) -> float | None:
+    """Load the checkpoint ``path`` into ``state`` (None: a fresh run) and say so; the seconds it took."""
+    world, cfg = setup.world, setup.cfg
+    if path is None:
+        if world.is_root and options.progress and options.resume == "auto":
+            print(f"fedrun: no checkpoint in {setup.run_dir}; starting a fresh run", flush=True)
+        return None
+    started = time.perf_counter()
+    snapshot.restore(setup, state, path)
+    seconds = time.perf_counter() - started
+    if world.is_root and options.progress and state.next_round < cfg.run.rounds:
+        print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
+    return seconds
 
 
-class SlowWriteNotice:
-    """Around a checkpoint write on rank 0 with progress lines: if it is not done after ``AFTER_S`` seconds, a
-    line says that it is being written, and when it is done, how long it took (a large in-memory state can
-    take half a minute; the run should not look hung)."""
-
-    AFTER_S = 3.0
-
-    def __init__(self, next_round: int, enabled: bool, signals: StopSignals) -> None:
-        self.next_round, self.enabled, self.signals = next_round, enabled, signals
-        self.fired = threading.Event()
-        self.timer: threading.Timer | None = None
-
-    def _notice(self) -> None:
-        self.fired.set()
-        shown(self.signals, print, f"fedrun: writing the checkpoint after round {self.next_round} (started "
-                                   f"{self.AFTER_S:g} s ago) ...", flush=True)
-
-    def __enter__(self) -> SlowWriteNotice:
-        self.started = time.perf_counter()
-        if self.enabled:
-            self.timer = threading.Timer(self.AFTER_S, self._notice)
-            self.timer.daemon = True
-            self.timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        if self.fired.is_set() and exc[0] is None:
-            seconds = time.perf_counter() - self.started
-            shown(self.signals, print, f"fedrun: checkpoint after round {self.next_round} written in {seconds:.1f} s",
-                  flush=True)
+def _finished_already(setup: Setup, state: RunState, where: Path) -> RunResult:
+    """A resumed run that has done all its rounds: say so, write nothing, return its final model."""
+    if setup.world.is_root:
+        print(f"fedrun: {where} finished all {setup.cfg.run.rounds} rounds already{_final(state.metrics)}; "
+              "nothing to run (raise run.rounds to continue it, or choose another run.dir)", flush=True)
+    return _result(setup, state, rounds_run=0)
 
 
-def _result(setup: Setup, state: RunState, cfg: Config, rounds_run: int, stopped: bool = False) -> RunResult:
+def _record_start(setup: Setup, state: RunState, path: Path | None, changes: list[resume_policy.Change],
+                  metrics: MetricsLog) -> None:
+    """Rank 0's first writes to the run directory: a resumed run's metrics.jsonl (the checkpoint's records) and
+    its entry in the resume history, then config.yaml."""
+    run_dir = setup.run_dir
+    if run_dir is None or not setup.world.is_root:
+        return
+    if path is not None:
+        metrics.sync()
+        with writing(run_dir / resume_policy.HISTORY):
+            resume_policy.record(run_dir, changes, str(path), state.next_round)
+        if changes:
+            print(f"fedrun: resuming {path.name} with changed settings: {'; '.join(map(str, changes))} "
+                  f"(recorded in {resume_policy.HISTORY})", flush=True)
+    with writing(run_dir / "config.yaml"):
+        (run_dir / "config.yaml").write_text(setup.cfg.to_yaml())
+
+
+def _files(setup: Setup, state: RunState, resumed: bool) -> tuple[Observer | None, Observer]:
+    """Rank 0's files besides metrics.jsonl: clients.h5 (with per-client evaluation) and TensorBoard's events."""
+    root_dir = setup.run_dir if setup.world.is_root else None
+    evaluated = setup.client_eval
+    clients = ClientMetricsFile(root_dir, evaluated.ids, evaluated.counts,
+                                state.next_round if resumed else None) if evaluated else None
+    return clients, TensorBoardLog(root_dir if setup.cfg.metrics.tensorboard else None, state.next_round + 1)
+
+
+def _on_screen(setup: Setup, state: RunState, options: RunOptions,
+               signals: StopSignals) -> tuple[Observer | None, Observer | None]:
+    """The progress line (rank 0 with progress, after its start-up lines) and the user's callback. The
+    start-up lines, like the progress line, take a closed stdout (``| head -2``) as a stop request."""
+    callback = UserCallback(options.callback, setup.world) if options.callback is not None else None
+    if not (setup.world.is_root and options.progress):
+        return None, callback
+    timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
+    _say(setup, signals, f"local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""))
+    _say(setup, signals, f"client state {setup.store_choice}")
+    if setup.privacy is not None:
+        _say(setup, signals, setup.privacy.describe())
+    return Progress(setup.cfg.run.rounds, setup.cfg.run.log_every, signals), callback
+
+
+def _budget_spent(setup: Setup, t: int, checkpoints: Checkpoints, signals: StopSignals) -> bool:
+    """Whether the privacy budget refuses round t (the same decision on every rank: the accountant's state is
+    replicated); then the run ends after a checkpoint of the rounds done, and says why."""
+    over = setup.privacy.over_budget(t) if setup.privacy is not None else None
+    if over is not None:
+        checkpoints.before_stop(t)
+        _say(setup, signals, over)
+    return over is not None
+
+
+def _say(setup: Setup, signals: StopSignals, line: str) -> None:
+    """``fedrun: <line>`` on rank 0's stdout (a closed stdout is a stop request, :func:`shown`)."""
+    if setup.world.is_root:
+        shown(signals, print, f"fedrun: {line}", flush=True)
+
+
+def _result(setup: Setup, state: RunState, rounds_run: int, stopped: bool = False) -> RunResult:
     x = setup.exchange.global_model().detach().cpu().numpy().copy()
-    return RunResult(x=x, metrics=state.metrics if setup.world.is_root else [], config=cfg, rank=setup.world.rank,
-                     rounds_run=rounds_run, stopped=stopped, module=setup.learner.model.module)
+    return RunResult(x=x, metrics=state.metrics if setup.world.is_root else [], config=setup.cfg,
+                     rank=setup.world.rank, rounds_run=rounds_run, stopped=stopped, module=setup.learner.model.module)
 
 
 def _final(metrics: list[dict[str, Any]]) -> str:
@@ -284,40 +259,3 @@ def decided_by_root(world: World, decide: Callable[[], Any]) -> Any:
     if failure is not None:
         raise on_every_rank(failure[0](failure[1]))
     return value
-
-
-class RuntimeLog:
-    """``runtime.json`` in the run directory: provenance (versions, git commit, hosts, Slurm ids, command
-    line, start time; :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks,
-    the local strategy and its timings, checkpoint write times and sizes, and every rank's peak resident
-    memory at the end."""
-
-    def __init__(self, setup: Setup, state: RunState, run_dir: Path | None, resume_s: float | None) -> None:
-        self.world, self.clients = setup.world, state.clients
-        self.path = None if run_dir is None or not self.world.is_root else run_dir / "runtime.json"
-        self.data: dict[str, Any] = {
-            "provenance": provenance(self.world),  # collective: the ranks' host names
-            "ranks": self.world.size, "device": str(self.world.device), "backend": self.world.backend,
-            "launcher": self.world.launcher, "network": self.world.network,
-            "placement": setup.placement.mode, "blocks": setup.placement.blocks, "dim": setup.dim,
-            "client_state_bytes_per_rank": state.clients.nbytes, "client_store": setup.store_choice,
-            "local_strategy": state.strategy, "strategy_timings_s": setup.strategy_timings,
-            "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],
-        }
-        self._write()
-
-    def checkpoint_written(self, next_round: int, path: Path | None, seconds: float) -> None:
-        size = path.stat().st_size if path is not None and path.exists() else None
-        self.data["checkpoints"].append({"round": next_round, "write_s": round(seconds, 4), "bytes": size})
-        self._write()
-
-    def finish(self) -> None:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB -> MiB on Linux
-        self.data["peak_rss_mib_per_rank"] = self.world.allgather_object(round(peak, 1))
-        self.data["client_state_disk_bytes_per_rank"] = self.world.allgather_object(self.clients.disk_bytes)
-        self._write()
-
-    def _write(self) -> None:
-        if self.path is not None:
-            with writing(self.path):
-                self.path.write_text(json.dumps(self.data, indent=1) + "\n")

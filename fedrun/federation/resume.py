@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrun.errors import ConfigError, argument
+from fedrun.metrics.log import flatten
 
 HISTORY = "config_history.jsonl"
 
@@ -48,18 +49,6 @@ class Change:
 
 def _show(value: Any) -> str:
     return value if value == _ABSENT else json.dumps(value)
-
-
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"local": {"lr": 0.1}}`` -> ``{"local.lr": 0.1}`` (lists are values)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
 
 
 def changeable(key: str) -> bool:

@@ -1,4 +1,5 @@
-"""Per-round metrics (``metrics.jsonl``), the resolved config, and the progress line (rank 0 only).
+"""Per-round metrics (``metrics.jsonl``) and the progress line, rank 0's first and last observers of a round
+(:mod:`fedrun.metrics.observer`).
 
 Metrics files are standard JSON: a non-finite number (a NaN loss) is written as ``null``."""
 
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fedrun.errors import writing
+from fedrun.metrics.observer import Arrays, Observer
+from fedrun.runtime.signals import StopSignals, shown
 
 
 def standard(value: Any) -> Any:
@@ -26,25 +29,41 @@ def standard(value: Any) -> Any:
     return value
 
 
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"local": {"lr": 0.1}}`` -> ``{"local.lr": 0.1}`` (lists are values): a config or provenance record
+    as the dotted keys that overrides, the resume policy and MLflow's parameters and tags use."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
 def json_line(record: dict[str, Any]) -> str:
     """One record as a line of standard JSON (non-finite numbers are null)."""
     return json.dumps(standard(record), allow_nan=False) + "\n"
 
 
-class MetricsLog:
-    """``<run_dir>/metrics.jsonl``: one JSON object per round, kept equal to the run's records.
+class MetricsLog(Observer):
+    """``<run_dir>/metrics.jsonl``: one JSON object per round, kept equal to the run's ``records`` (the run
+    state's list, which the loop extends by one record a round).
 
     The file is rewritten at the first :meth:`sync`, not before: a run that fails to start leaves an
     earlier run's metrics.jsonl alone; later syncs append the new records."""
 
-    def __init__(self, run_dir: Path | None) -> None:
+    def __init__(self, run_dir: Path | None, records: list[dict[str, Any]]) -> None:
         self.path = None if run_dir is None else run_dir / "metrics.jsonl"
+        self.records = records
         self._written: int | None = None  # records in the file, None before the first sync
 
-    def sync(self, records: list[dict[str, Any]]) -> None:
-        """Make the file hold exactly ``records`` (a resumed run's checkpoint records, then one more per round)."""
+    def sync(self) -> None:
+        """Make the file hold exactly the records (a resumed run's checkpoint records, then one more per round)."""
         if self.path is None:
             return
+        records = self.records
         with writing(self.path):
             if self._written is None or self._written > len(records):
                 self.path.write_text("".join(map(json_line, records)))
@@ -53,16 +72,24 @@ class MetricsLog:
                     fh.writelines(map(json_line, records[self._written:]))
         self._written = len(records)
 
+    def on_round_end(self, record: dict[str, Any], arrays: Arrays) -> None:
+        self.sync()
 
-class Progress:
-    """``round 12/100 | loss 0.5321 | acc 81.20% | 0.214 s/round | ETA 0:00:18``."""
 
-    def __init__(self, total_rounds: int, every: int, stream: TextIO | None = None) -> None:
+class Progress(Observer):
+    """``round 12/100 | loss 0.5321 | acc 81.20% | 0.214 s/round | ETA 0:00:18`` every ``every`` rounds, at
+    an evaluation and after the last round; a closed stdout is a stop request (:func:`shown`)."""
+
+    def __init__(self, total_rounds: int, every: int, signals: StopSignals, stream: TextIO | None = None) -> None:
         self.total = total_rounds
         self.every = every
+        self.signals = signals
         self.stream = stream or sys.stdout
         self.start = time.perf_counter()
         self.done_here = 0
+
+    def on_round_end(self, record: dict[str, Any], arrays: Arrays) -> None:
+        shown(self.signals, self.update, record)
 
     def update(self, entry: dict[str, Any]) -> None:
         self.done_here += 1

@@ -35,11 +35,15 @@ import numpy as np
 
 from fedrun.config import MetricsConfig
 from fedrun.errors import ConfigError, RunFailure
+from fedrun.metrics.log import flatten
+from fedrun.metrics.observer import Arrays, Observer
 
 RUN_FILE = "mlflow_run.json"
 
 
-class MlflowLog:
+class MlflowLog(Observer):
+    """The MLflow run of a fedrun run, an observer of its rounds (:mod:`fedrun.metrics.observer`)."""
+
     def __init__(self, run_dir: Path | None, cfg: MetricsConfig, run_name: str, params: dict[str, Any]) -> None:
         """Start (or, on resume, continue) the MLflow run ``run_name`` and log ``params`` (the resolved config,
         dotted keys); ``run_dir``: the run directory (None: log nothing). An unreachable URI is a
@@ -82,19 +86,19 @@ class MlflowLog:
         except Exception as exc:
             raise ConfigError(f"metrics.mlflow: cannot start an MLflow run at {uri!r}: {_why(exc)}") from None
 
-    def log_provenance(self, provenance: dict[str, Any], fields: dict[str, Any]) -> None:
-        """``provenance.json``, and ``fields`` (its dotted scalar fields) as ``provenance.*`` tags."""
+    def on_start(self, provenance: dict[str, Any]) -> None:
+        """``provenance.json``, and its dotted scalar fields as ``provenance.*`` tags."""
         if self.client is None:
             return
         try:
             self.client.log_dict(self.run_id, provenance, "provenance.json")
-            for key, value in fields.items():
+            for key, value in flatten(provenance).items():
                 if isinstance(value, (str, int, float)) and value != "":
                     self.client.set_tag(self.run_id, f"provenance.{key}", str(value)[:5000])
         except Exception as exc:
             raise RunFailure(f"metrics.mlflow: logging the provenance failed: {_why(exc)}") from None
 
-    def write(self, entry: dict[str, Any], arrays: dict[str, np.ndarray] | None) -> None:
+    def on_round_end(self, entry: dict[str, Any], arrays: Arrays) -> None:
         """The round's numeric fields as metrics (step = round) and its per-client arrays as an artifact."""
         if self.client is None:
             return
@@ -111,7 +115,7 @@ class MlflowLog:
         except Exception as exc:
             raise RunFailure(f"metrics.mlflow: logging round {step} failed: {_why(exc)}") from None
 
-    def close(self, finished: bool) -> None:
+    def on_stop(self, finished: bool) -> None:
         """Mark the MLflow run FINISHED (all rounds done) or KILLED (stopped; a resume continues it)."""
         if self.client is not None:
             status = self._status.to_string(self._status.FINISHED if finished else self._status.KILLED)

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
+
+from fedrun.metrics.observer import Arrays, Observer
 
 STATS = ("mean", "mean_unweighted", "std", "p10", "p50", "p90", "worst10")
 
@@ -54,8 +57,9 @@ def summary(arrays: dict[str, np.ndarray], counts: np.ndarray) -> dict[str, floa
     return out
 
 
-class ClientMetricsFile:
-    """``<run_dir>/clients.h5``: the per-client arrays of every evaluation (rank 0 writes it).
+class ClientMetricsFile(Observer):
+    """``<run_dir>/clients.h5``: the per-client arrays of every evaluation (rank 0 writes it; an observer of
+    the rounds, :mod:`fedrun.metrics.observer`).
 
     Like metrics.jsonl it is rewritten at the first append of a new run; a resumed run first drops the
     evaluations after its checkpoint's round (a killed run may have written them), so the file holds
@@ -66,6 +70,10 @@ class ClientMetricsFile:
         self.ids, self.counts = ids, counts
         self.resumed_round = resumed_round  # None: a new run
         self._started = False
+
+    def on_round_end(self, record: dict[str, Any], arrays: Arrays) -> None:
+        if arrays:
+            self.append(record["round"], arrays)
 
     def append(self, round_: int, arrays: dict[str, np.ndarray]) -> None:
         if self.path is None:

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from fedrun.errors import ConfigError
+from fedrun.metrics.observer import Arrays, Observer
 
 
-class TensorBoardLog:
+class TensorBoardLog(Observer):
     def __init__(self, run_dir: Path | None, first_round: int) -> None:
         """``first_round``: the first round (from 1) this process writes."""
         self.writer = None
@@ -31,7 +32,7 @@ class TensorBoardLog:
                               "(pip install 'fedrun[tensorboard]'), or metrics.tensorboard=false") from None
         self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=first_round)
 
-    def write(self, entry: dict[str, Any], arrays: dict[str, np.ndarray] | None) -> None:
+    def on_round_end(self, entry: dict[str, Any], arrays: Arrays) -> None:
         if self.writer is None:
             return
         step = int(entry["round"])
@@ -44,6 +45,7 @@ class TensorBoardLog:
                 self.writer.add_histogram(f"clients/{name}", finite, step)
         self.writer.flush()
 
-    def close(self) -> None:
+    def on_stop(self, finished: bool) -> None:
         if self.writer is not None:
             self.writer.close()
+            self.writer = None

@@ -1,4 +1,5 @@
-"""Naming a lost rank, and reporting a failure once per job (docs/reliability.md).
+"""Naming a lost rank, and reporting a failure once per job (docs/reliability.md); :class:`FailureGuard`, the
+one place a run's ranks decide how to leave after an exception.
 
 Every rank published its host and pid at the rendezvous (``World.peers``), so the survivor that notices a
 broken collective first can name the rank that died or stopped, without asking the store again (it may
@@ -18,9 +19,20 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
+from types import FrameType, TracebackType
 
-from fedrun.errors import EXIT_FAILURE, report
+import torch.distributed as dist
+
+from fedrun.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    StartupInterrupted,
+    exit_code,
+    one_line,
+    raised_on_every_rank,
+    report,
+    report_error,
+)
 from fedrun.runtime.world import World
 
 
@@ -120,3 +132,70 @@ def name_lost_ranks_on_quit(world: World) -> Callable[[], None]:
 
     previous = signal.signal(signal.SIGQUIT, on_quit)
     return lambda: signal.signal(signal.SIGQUIT, previous)
+
+
+class FailureGuard:
+    """Context manager around a run on one rank (``fedrun.run``): while it is open a SIGQUIT names a lost peer
+    (:func:`name_lost_ranks_on_quit`); an exception leaving it ends the job the way that keeps one line for
+    one failure and no rank hanging. Only a guard that ``owns_world`` (made the World, so may end the job)
+    acts on an exception; inner context managers (the run directory's lock) have released by then.
+
+    * raised on every rank after the same broadcast (:func:`fedrun.errors.raised_on_every_rank`): rank 0
+      reports it, then the ranks leave together (not after: a launcher may kill rank 0 as soon as another
+      rank exited non-zero, and the line would be lost);
+    * a stop signal before round 1 (:class:`StartupInterrupted`) reaches each rank where it is: rank 0 says
+      so, and the job ends at once;
+    * anything else on one rank of several: the job ends now, naming the rank, rather than let peers hang.
+      A rank failing on its own always says why; of the survivors that only lost contact, the first names
+      the rank that is gone and the others stay silent.
+    """
+
+    def __init__(self, world: World, owns_world: bool) -> None:
+        self.world, self.owns_world = world, owns_world
+        self._restore_quit: Callable[[], None] = lambda: None
+
+    def __enter__(self) -> FailureGuard:
+        self._restore_quit = name_lost_ranks_on_quit(self.world)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        try:
+            if exc is not None and self.owns_world:
+                self._leave(exc)
+        finally:
+            self._restore_quit()
+
+    def _leave(self, exc: BaseException) -> None:
+        world = self.world
+        if raised_on_every_rank(exc):
+            if world.size > 1 and world.is_root:
+                report_error(exc)
+            world.close()
+        elif world.size > 1 and isinstance(exc, StartupInterrupted):
+            if world.is_root:
+                report_error(exc)
+            world.abort(exit_code(exc))
+        elif world.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            message, lost_peer = one_line(exc), _lost_peer(exc)
+            lost = lost_ranks(world) if lost_peer else []
+            if lost_peer:
+                message = (f"{'; '.join(lost)}; lost contact in a collective: {message}"
+                           if lost else "lost contact with another rank (it died or failed; its message, if any, "
+                           f"is above): {message}")
+            # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway,
+            # unless its failure is bad input, which other ranks may meet alike at the same point (a data
+            # file, a plugin rule breaking its declaration): that is reported by the first claimant only
+            claimed = claim_failure_report(world, lost)
+            if claimed or not (lost_peer or exit_code(exc) == EXIT_BAD_INPUT):
+                report(f"fedrun[rank {world.rank}]: error: {message}")
+                failure_reported(world)
+            world.abort(exit_code(exc))
+
+
+def _lost_peer(exc: BaseException) -> bool:
+    """A collective failed because a peer's connection broke (gloo/NCCL transport errors)."""
+    text = str(exc)
+    return isinstance(exc, dist.DistError) or (isinstance(exc, RuntimeError) and any(
+        marker in text for marker in ("gloo/transport", "Connection reset by peer", "Connection closed by peer",
+                                      "NCCL error")))
