@@ -67,6 +67,11 @@ def hdf5_opens(path: Path) -> float:
         return time.perf_counter() - t
 
 
+def load() -> str:
+    """The 1-minute load average (the CPU is shared)."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def timed(fn, *args) -> tuple[object, float, float]:
     """``fn(*args)``, its wall and its CPU seconds."""
     t, c = time.perf_counter(), time.process_time()
@@ -100,29 +105,26 @@ def main() -> None:
                          federated_h5=FederatedH5Config(train=str(train), test=str(test), feature="tokens"))
         cache = Path(tempfile.mkdtemp(prefix="fedrun_h5_bench_cache_"))
         os.environ["XDG_CACHE_HOME"] = str(cache)
-        load = os.getloadavg()[0]
+        print(f"{args.clients} clients x {args.examples} examples: files {size / 2**20:.1f} MiB ({built}); "
+              f"{os.cpu_count()} CPUs, load averages (1 min) after each line", flush=True)
         runs = []
-        for _ in ("cold", "warm"):
+        for what in ("cold (index + check + labels + pooled test set, both files)",
+                     "warm (the index from the cache, the pooled test set read)"):
             source, wall, cpu = timed(FederatedH5, cfg, 0)
             runs.append((wall, cpu))
             assert int(source.num_examples.sum()) == args.clients * args.examples
             source.close()
+            target = f"; target < 30 s: {'met' if wall < 30 else 'MISSED'}" if not runs[1:] else ""
+            print(f"fedrun start-up, {what}: {wall:.2f} s (CPU {cpu:.2f} s{target}); load {load()}", flush=True)
         shutil.rmtree(cache, ignore_errors=True)
-        (cold, cold_cpu), (warm, warm_cpu) = runs
+        (cold, cold_cpu), (warm, _) = runs
         _, floor, floor_cpu = timed(lambda: hdf5_opens(train) + hdf5_opens(test))
-        print(f"{args.clients} clients x {args.examples} examples: files {size / 2**20:.1f} MiB "
-              f"({built}); load average {load:.1f} on "
-              f"{os.cpu_count()} CPUs at the start, {os.getloadavg()[0]:.1f} now")
-        print(f"fedrun start-up, cold (index + check + labels + pooled test set, both files): {cold:.1f} s "
-              f"(CPU {cold_cpu:.1f} s; target < 30 s: {'met' if cold < 30 else 'MISSED'})")
-        print(f"fedrun start-up, warm (the index from the cache, the pooled test set read): {warm:.2f} s "
-              f"(CPU {warm_cpu:.2f} s)")
         print(f"HDF5's floor, the 2 dataset opens per client and file alone: {floor:.1f} s (CPU {floor_cpu:.1f} s); "
-              f"cold / floor = {cold / floor:.2f} (CPU {cold_cpu / floor_cpu:.2f})")
+              f"cold / floor = {cold / floor:.2f} (CPU {cold_cpu / floor_cpu:.2f}); load {load()}", flush=True)
         if not args.no_walk:
             _, walk, _ = timed(high_level_walk, train)
             print(f"high-level h5py walk of the same datasets (both files): {2 * walk:.1f} s; "
-                  f"ratios walk / cold = {2 * walk / cold:.2f}, walk / warm = {2 * walk / warm:.0f}")
+                  f"ratios walk / cold = {2 * walk / cold:.2f}, walk / warm = {2 * walk / warm:.0f}; load {load()}")
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
