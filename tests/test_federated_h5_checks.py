@@ -16,6 +16,9 @@ from helpers import REPO, child_env
 from test_scale_data import tff_pair, write_tff
 
 from fedrun.cli import main
+from fedrun.data import federated_h5_index
+from fedrun.data.validate import MAX_CLASSES
+from fedrun.errors import DataError
 
 
 @pytest.fixture(autouse=True)
@@ -183,3 +186,29 @@ def test_the_index_is_cached_and_a_changed_file_indexed_again(tmp_path):
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         assert main(_train(tmp_path, tmp_path / "c")) == 2
     assert f"client {ids[1]!r}" in err.getvalue() and "label -3" in err.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("bad", [None, 0, 3, 6])
+def test_labels_are_checked_per_client_across_blocks(tmp_path, monkeypatch, bad):
+    """The label range is checked on blocks of clients (fedrun/data/federated_h5_index.py): with blocks of about 8
+    labels, the bad label of any client, first, last or past a block's end, is named with its client and index,
+    and a good file's largest label and counts come out as read."""
+    monkeypatch.setattr(federated_h5_index, "_LABEL_BLOCK", 8)
+    rng = np.random.default_rng(1)
+    ids = [f"c{i}" for i in range(7)]
+    clients = {cid: (np.zeros((n, 6), np.float32), rng.integers(0, 5, n)) for cid, n in zip(ids, [3, 1, 4, 2, 5, 1, 3],
+                                                                                            strict=True)}
+    if bad is not None:
+        clients[ids[bad]][1][-1] = MAX_CLASSES
+    write_tff(tmp_path / "train.h5", clients)
+    with h5py.File(tmp_path / "train.h5", "r") as f:
+        if bad is not None:
+            with pytest.raises(DataError) as caught:
+                federated_h5_index.index_clients(f, "train.h5", ids, "pixels", "label")
+            at = len(clients[ids[bad]][1]) - 1
+            assert str(caught.value) == (f"train.h5: client {ids[bad]!r}: examples/{ids[bad]}/label: label "
+                                         f"{MAX_CLASSES} at index {at}; expected class labels in [0, {MAX_CLASSES})")
+            return
+        index = federated_h5_index.index_clients(f, "train.h5", ids, "pixels", "label")
+    assert index.counts.tolist() == [3, 1, 4, 2, 5, 1, 3] and index.shape == (6,)
+    assert index.top == max(int(y.max()) for _, y in clients.values())
