@@ -20,8 +20,9 @@ shapes, a scalar feature and a soft-link loop were tracebacks, a dataset declari
   changed file again. Indexing costs about 0.39 ms of CPU per client and file (0.78 ms before the calls above
   were cut; 20,000 tiny clients, a load of about 9 on 2 cores). Of that, HDF5's own opens of the two datasets
   (each reads the dataset's object header) take about 0.15 ms, which no index that checks what each dataset
-  declares can avoid through HDF5: about 100 s of CPU for the two files of 342,477 clients, over the 30 s
-  target by itself. So the first start at that size takes minutes, once; later starts read the cache.
+  declares can avoid through HDF5: 125 s of CPU for the two files of 342,477 clients (bench/federated_h5_index.py;
+  the whole cold start 248 s), four times the 30 s target by itself. So the first start at that size takes
+  minutes, once; later starts read the cache (13 s there).
 * :func:`check_examples` checks examples as they are read (a client for training or evaluation, the pooled
   test set): finite float32 inputs. The bound holds for every read, so memory stays bounded whatever the
   file declares: HDF5 never decompresses more than a dataset's declared shape (a chunk's, for one chunk).
