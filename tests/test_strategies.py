@@ -5,6 +5,8 @@ one-line config error."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -12,9 +14,12 @@ from helpers import federation, single_world
 
 import fedrun
 from fedrun.errors import ConfigError
+from fedrun.models import build_model
 from fedrun.protocol import LocalPlan
+from fedrun.training.flat_model import FlatModel
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
+from fedrun.training.strategy import reproducible_strategy
 
 CNN = {"run": {"rounds": 2, "dtype": "float64", "seed": 3, "device": "cpu"},
        "data": {"name": "synthetic", "num_clients": 4, "partition": "iid",
@@ -88,6 +93,19 @@ def test_a_client_trains_to_the_same_bits_alone_or_with_others(strategy):
     alone, grouped = trained([3])[0], trained([1, 2, 3, 0])[2]
     assert torch.equal(alone, grouped)
     assert not torch.equal(alone, x0)
+
+
+@pytest.mark.parametrize("name,shape,classes,cpu", [
+    ("logistic", (32,), 10, "batched"), ("linear", (32,), 1, "batched"),
+    ("lstm_shakespeare_unrolled", (80,), 81, "sequential"), ("cnn_femnist", (1, 28, 28), 62, "channels_last"),
+])
+def test_auto_batches_on_a_cpu_only_models_whose_step_costs_less_than_a_call(name, shape, classes, cpu):
+    """On a CPU the LEAF LSTM and CNN spend most of a step in per-client matrix products, which batching cannot
+    merge (bench/batched.py's bound); on CUDA every verified model is batched."""
+    model = FlatModel(build_model(name, shape, classes))
+    block = SimpleNamespace(input_shape=shape)  # all the rule reads of a block
+    assert reproducible_strategy(model, block, name, torch.device("cpu")) == cpu
+    assert reproducible_strategy(model, block, name, torch.device("cuda")) == "batched"
 
 
 @pytest.mark.parametrize("model,strategy,needle", [

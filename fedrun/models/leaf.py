@@ -57,12 +57,15 @@ class CharLSTM(nn.Module):
         for k in range(lstm.num_layers):
             w_ih, w_hh = getattr(lstm, f"weight_ih_l{k}"), getattr(lstm, f"weight_hh_l{k}")
             bias = getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}")
-            gates_x = h @ w_ih.T + bias  # [batch, seq, 4 * hidden], all steps at once
+            # [batch, seq, 4 * hidden], all steps at once; unbind, not gates_x[:, t]: the backward of one
+            # unbind stacks the steps' gradients once, where T selects would each zero-fill and add a
+            # tensor of the whole sequence's gates (O(T^2) memory traffic, under vmap O(C T^2)); same values
+            gates_x = (h @ w_ih.T + bias).unbind(1)
             state = h.new_zeros(h.shape[0], lstm.hidden_size)
             cell = state
             outputs = []
-            for t in range(h.shape[1]):
-                i, f, g, o = (gates_x[:, t] + state @ w_hh.T).chunk(4, dim=-1)  # PyTorch's gate order
+            for gates_t in gates_x:
+                i, f, g, o = (gates_t + state @ w_hh.T).chunk(4, dim=-1)  # PyTorch's gate order
                 cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
                 state = torch.sigmoid(o) * torch.tanh(cell)
                 outputs.append(state)

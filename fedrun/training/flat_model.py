@@ -69,22 +69,17 @@ class FlatModel:
         are NHWC copies of their slices (small next to the activations) and the inputs are NHWC.
         """
         params = self._leaves
-        offset = 0
-        for p, shape, size in zip(params, self.shapes, self.sizes, strict=True):
-            view = x[offset:offset + size].view(shape)
+        for p, shape, piece in zip(params, self.shapes, x.split(self.sizes), strict=True):
+            view = piece.view(shape)
             if self.channels_last and len(shape) == 4:
                 view = view.contiguous(memory_format=torch.channels_last)
             p.data = view
             p.grad = None
-            offset += size
         if self.channels_last and inputs.dim() == 4:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
         value = loss_fn(self.module(inputs), targets).mean()
         value.backward()
-        offset = 0
-        for p, shape, size in zip(params, self.shapes, self.sizes, strict=True):
-            out[offset:offset + size].view(shape).copy_(p.grad)  # any grad layout, one pass
-            offset += size
+        torch.cat([p.grad.reshape(-1) for p in params], out=out)  # one copy into out, any grad layout
         return value.detach()
 
 

@@ -54,7 +54,9 @@ def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
             idx = batches.index[c, k, :b]
             if reseed:
                 torch.manual_seed(int(hash_keys(seed, round_, client_ids[c], k) >> np.uint64(1)))
-            losses.append(model.gradient(x[j], batches.x[idx], batches.y[idx], loss_fn, out=g[j]))
+            # index_select: the rows x[idx] copies, without advanced indexing's per-call set-up
+            losses.append(model.gradient(x[j], batches.x.index_select(0, idx), batches.y.index_select(0, idx),
+                                         loss_fn, out=g[j]))
         return g, torch.stack(losses).to(x.dtype)
 
     return oracle

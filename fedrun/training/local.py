@@ -73,10 +73,12 @@ def _solve(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg:
         step = step.to(x.dtype).unsqueeze(1)
     optimizer = plan.optimizer or SGD(cfg.momentum if plan.move else 0.0)
     state = optimizer.init(x, plan.optimizer_state)
+    short = (~step_active.all(dim=1)).cpu().numpy()  # rows with an inactive step, read once (not per group)
     for start in range(0, num_clients, group):
         rows = slice(start, min(num_clients, start + group))
         _run_rows(rows, x, grad_sum, loss_sum, {k: v[rows] for k, v in state.items()}, plan,
-                  step[rows] if isinstance(step, Tensor) else step, step_active[rows], oracle, optimizer, cfg, exact)
+                  step[rows] if isinstance(step, Tensor) else step, step_active[rows], oracle, optimizer, cfg,
+                  exact, exact or bool(short[rows].any()))
     counts = step_active.sum(dim=1).clamp_min(1).to(x.dtype)
     return LocalResult(x_end=x, grad_mean=grad_sum / counts.unsqueeze(1), loss=loss_sum / counts,
                        optimizer_state=state)
@@ -84,11 +86,11 @@ def _solve(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg:
 
 def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state: dict[str, Tensor],
               plan: LocalPlan, step: float | Tensor, active_steps: Tensor, oracle: Oracle,
-              optimizer: LocalOptimizer, cfg: LocalConfig, exact: bool) -> None:
+              optimizer: LocalOptimizer, cfg: LocalConfig, exact: bool, ragged: bool) -> None:
+    """The K steps of the clients ``rows``; ``ragged``: the masked path (a row skips a step, or ``exact``)."""
     xs, gs, ls = x[rows], grad_sum[rows], loss_sum[rows]
     correction = None if plan.correction is None else plan.correction[rows]
     anchor = plan.start[rows]
-    ragged = exact or not bool(active_steps.all())
 
     def processed(g: Tensor, point: Tensor) -> Tensor:
         """u = clip(g) + correction + weight_decay * point + prox * (point - start)."""

@@ -9,18 +9,16 @@ in a group of 2 and of 4; docs/design.md):
   apart after 10 steps of the MNIST CNN); without convolutions channels_last does not apply;
 * ``vmap`` batches a rank's clients into one call, whose kernels depend on the batch: a client's result
   changes with the clients batched with it (5.6e-5 for the CIFAR-10 CNN, 1.9e-9 for logistic
-  regression), hence with the number of ranks.
+  regression), hence with the number of ranks;
+* ``batched`` is vmap on fixed-size padded chunks (fedrun.training.gradients.Chunks), exact for the
+  verified models of :data:`EXACT_BATCHED`.
 
-``local.strategy: auto`` (the default) therefore takes the one neighbour-independent strategy of the
-model: channels_last for 2-D convolutions on images (the faster on CPU), sequential otherwise; there is
-no set of two mutually exact strategies to choose between by timing. ``local.strategy: fastest`` times
-a few local steps of every applicable strategy on this rank's own clients and model at start-up and
-keeps the fastest, at the price of runs whose last bits depend on that choice and, with vmap, on the
-number of ranks. Measured here on CPU (one thread): vmap over a
-block loses to the sequential loop for the FedSUM CNNs and wins by far for linear models and small
-MLPs; channels_last makes the FedSUM CNNs' steps 1.15-1.4x faster at batch 10-32; on a GPU the
-balance moves towards vmap. Models that draw random numbers (dropout) need per-client random streams,
-which only the sequential strategies (``sequential``, ``channels_last``) provide.
+``local.strategy: auto`` (the default) takes the fastest exact strategy of the model on the device by a
+fixed rule (:func:`reproducible_strategy`; no timing, so every rank and run agrees). ``local.strategy:
+fastest`` times a few local steps of every applicable strategy but batched on this rank's own clients
+and model at start-up and keeps the fastest, at the price of runs whose last bits depend on that choice
+and, with vmap, on the number of ranks. Models that draw random numbers (dropout) need per-client random
+streams, which only the sequential strategies (``sequential``, ``channels_last``) provide.
 """
 
 from __future__ import annotations
@@ -46,6 +44,9 @@ MAX_TIMED_CLIENTS = 8  # enough to see vmap's batching gain; bounds the start-up
 # included, is never batched by auto
 EXACT_BATCHED = frozenset({"linear", "logistic", "cnn_femnist", "cnn_cifar10", "cnn_svhn",
                            "lstm_shakespeare_unrolled"})
+# parameters up to which auto batches a model without convolutions on a CPU (W2's logistic regression, 330:
+# batched 6.3x the bare loop; the Shakespeare LSTM, 820,185: no faster than sequential, bench/RESULTS.md)
+CPU_BATCHED_DIM = 1 << 16
 
 
 def applicable_strategies(model: FlatModel, block: ClientBlock, random_model: bool) -> list[str]:
@@ -62,9 +63,14 @@ def applicable_strategies(model: FlatModel, block: ClientBlock, random_model: bo
 def reproducible_strategy(model: FlatModel, block: ClientBlock, model_name: str, device: torch.device) -> str:
     """``auto``'s choice, the fastest exact strategy for this model on this device, by rule (no timing):
     ``batched`` for a model of :data:`EXACT_BATCHED` on a GPU, and on a CPU when it has no convolution
-    (vmap turns C convolutions into one grouped convolution, which oneDNN runs slower than C plain ones);
-    otherwise channels_last where it applies, else sequential."""
-    if model_name in EXACT_BATCHED and (device.type == "cuda" or not model.has_conv_kernels):
+    and at most :data:`CPU_BATCHED_DIM` parameters; otherwise channels_last where it applies, else
+    sequential. On a CPU, batching pays only where a client's step costs less than a call: every client
+    has its own weights, so a batched call runs the same matrix products as the loop, one per client,
+    and the larger models spend most of a step in them (bench/batched.py's bound: the LEAF CNN and LSTM
+    cannot be 3x faster batched on a CPU); vmap also turns C convolutions into one grouped convolution,
+    which oneDNN runs slower than C plain ones."""
+    small = not model.has_conv_kernels and model.dim <= CPU_BATCHED_DIM
+    if model_name in EXACT_BATCHED and (device.type == "cuda" or small):
         return "batched"
     return "channels_last" if "channels_last" in applicable_strategies(model, block, True) else "sequential"
 
