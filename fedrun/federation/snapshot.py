@@ -49,7 +49,8 @@ from fedrun.checkpoint.entries import EntryWriter
 from fedrun.checkpoint.manifest import check_complete
 from fedrun.checkpoint.reader import Skipped, newest
 from fedrun.checkpoint.stateful import Stateful, read_parts, write_parts
-from fedrun.errors import BrokenChain, CheckpointError, CheckpointWriteError
+from fedrun.config import config_from_dict
+from fedrun.errors import BrokenChain, CheckpointError, CheckpointWriteError, ConfigError
 from fedrun.federation.build import RunState, Setup
 from fedrun.federation.legacy import legacy_manifest
 from fedrun.metrics.log import json_line
@@ -256,10 +257,24 @@ class Search:
 
 
 def resumable(ckpt: CheckpointReader) -> Resumable:
-    """Raise :class:`CheckpointError` unless ``ckpt`` and every link it builds on are complete and verify
-    (:func:`check_chain`); the open file's :class:`Resumable`."""
-    check_chain(ckpt)
-    return Resumable(ckpt.path, int(ckpt.meta["round"]), ckpt.config())
+    """Raise :class:`CheckpointError` unless ``ckpt``'s config is a valid config and ``ckpt`` and every link it
+    builds on open, are the files they were written on, are complete and pass their checksums, each checked
+    once (a broken link: a :class:`BrokenChain` naming it); the open file's :class:`Resumable`."""
+    config = _valid_config(ckpt)
+    with Chain(ckpt) as chain:  # ckpt stays open: it is the caller's
+        chain.check(legacy_manifest)
+    return Resumable(ckpt.path, int(ckpt.meta["round"]), config)
+
+
+def _valid_config(ckpt: CheckpointReader) -> dict[str, Any]:
+    """The checkpoint's resolved config (``meta/config``), which a resume compares with its own: it must be a
+    valid config."""
+    config = ckpt.config()
+    try:
+        config_from_dict(config)
+    except ConfigError as exc:
+        raise CheckpointError(f"{ckpt.path}: meta/config is not a valid config ({exc})") from None
+    return config
 
 
 def scan(run_dir: Path) -> Search:
@@ -297,18 +312,17 @@ def locate(run_dir: Path | None, resume: str) -> Resumable | None:
 
 
 def check_layout(ckpt: CheckpointReader) -> None:
-    """Raise :class:`CheckpointError` naming the first dataset of the file's manifest that is missing or
-    misshapen (a file written without one: its derived manifest, fedrun.federation.legacy)."""
+    """Raise :class:`CheckpointError` unless ``ckpt``'s config is valid, naming the first dataset of the file's
+    manifest that is missing or misshapen (a file written without one: its derived manifest,
+    fedrun.federation.legacy)."""
+    _valid_config(ckpt)
     check_complete(ckpt, legacy_manifest)
 
 
 def check_chain(ckpt: CheckpointReader) -> None:
-    """Raise :class:`CheckpointError` unless ``ckpt`` is complete and every link it builds on opens, is the file
-    it was written on, is complete and passes its checksums, each checked once; a broken link is a
-    :class:`BrokenChain` naming it. ``--resume FILE``, ``--resume auto``, ``inspect`` and ``consolidate`` all
-    call it: one meaning of a damaged chain."""
-    with Chain(ckpt) as chain:  # ckpt stays open: it is the caller's
-        chain.check(legacy_manifest)
+    """Raise :class:`CheckpointError` unless ``ckpt`` is :func:`resumable`. ``--resume FILE``, ``--resume auto``,
+    ``inspect`` and ``consolidate`` all ask this: one meaning of a damaged chain."""
+    resumable(ckpt)
 
 
 def rounds_done(found: Resumable) -> int:
