@@ -203,9 +203,12 @@ def _save_entry(setup: Setup, state: RunState, writer: CheckpointWriter | None, 
         for lo in range(0, counts[rank], chunk):
             k = min(chunk, counts[rank] - lo)
             if rank == world.rank:
-                ids = torch.as_tensor(mine[lo:lo + k], device=world.device)
-                values = store.gather(ids, [entry.name])[entry.name].contiguous()
-                ids = ids + blocks[rank][0]
+                rows = mine[lo:lo + k]
+                if rows[-1] - rows[0] == k - 1:  # consecutive rows (every row, in memory): a slice, not a copy
+                    values = store.block(entry.name, int(rows[0]), int(rows[-1]) + 1).contiguous()
+                else:
+                    values = store.gather(torch.as_tensor(rows, device=world.device), [entry.name])[entry.name]
+                ids = torch.as_tensor(rows + blocks[rank][0], device=world.device)
                 if not world.is_root:
                     dist.send(ids, dst=0)
                     dist.send(values, dst=0)
