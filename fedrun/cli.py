@@ -96,7 +96,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         except CheckpointError as exc:
             raise CheckpointError(f"{exc} (the listing above marks every failed dataset){breaks(path)}") from None
         check_layout(reader)  # so is a missing or misshapen dataset
-        print("  layout: complete (every dataset the algorithm, schedule and history need, with its shape)")
+        print("  layout: complete (every dataset its manifest lists, with its shape)")
         link = base_of(reader)
         try:
             check_chain(reader)

@@ -24,6 +24,8 @@ import numpy as np
 
 from fedrun.checkpoint.crc import crc32
 from fedrun.checkpoint.files import list_checkpoints
+from fedrun.checkpoint.format import rows_path, values_path
+from fedrun.checkpoint.manifest import Legacy, check_complete
 from fedrun.checkpoint.reader import CheckpointReader
 from fedrun.errors import BrokenChain, CheckpointError
 
@@ -89,13 +91,13 @@ class _Part:
     def __init__(self, reader: CheckpointReader, name: str) -> None:
         self.reader, self.name = reader, name
         self.rows: np.ndarray | None = None
-        if reader.has(f"{name}/rows"):
+        if reader.has(rows_path(name)):
             n = int(reader.meta["num_clients"])
-            rows = np.asarray(reader.read(f"{name}/rows"))
-            if rows.ndim != 1 or rows.dtype.kind not in "iu" or len(rows) != reader.shape(f"{name}/values")[0] or (
+            rows = np.asarray(reader.read(rows_path(name)))
+            if rows.ndim != 1 or rows.dtype.kind not in "iu" or len(rows) != reader.shape(values_path(name))[0] or (
                     len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) <= 0))):
-                raise CheckpointError(f"{reader.path}: {name}/rows must be sorted unique client ids below {n}, "
-                                      f"one per row of {name}/values")
+                raise CheckpointError(f"{reader.path}: {rows_path(name)} must be sorted unique client ids below {n}, "
+                                      f"one per row of {values_path(name)}")
             self.rows = rows.astype(np.int64)
 
     def windows(self, first: int, stop: int, size: int) -> set[int]:
@@ -121,18 +123,20 @@ class _Part:
         if i1 > i0:
             idx = self.rows[i0:i1] - lo
             new = ~known[idx]
-            out[idx[new]] = self.reader.read_rows(f"{self.name}/values", int(i0), int(i1))[new]
+            out[idx[new]] = self.reader.read_rows(values_path(self.name), int(i0), int(i1))[new]
             known[idx] = True
 
 
 class Chain:
-    """A checkpoint and the links it builds on, newest first, each open; ``links[0]`` is the checkpoint.
+    """A checkpoint and the links it builds on, newest first, each open; ``links[0]`` is the checkpoint (a path,
+    opened here, or a reader already open, which stays the caller's to close).
 
     Opening follows ``meta/base`` and checks that each base is there, opens, and is the file the increment
     was written on (round, created, identity); any failure is a :class:`BrokenChain` naming the link."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.links: list[CheckpointReader] = [CheckpointReader(path)]
+    def __init__(self, head: str | os.PathLike | CheckpointReader) -> None:
+        self._borrowed = isinstance(head, CheckpointReader)
+        self.links: list[CheckpointReader] = [head if isinstance(head, CheckpointReader) else CheckpointReader(head)]
         self._parts: dict[str, list[_Part]] = {}
         try:
             while (link := base_of(self.links[-1])) is not None:
@@ -168,7 +172,7 @@ class Chain:
         self.close()
 
     def close(self) -> None:
-        for r in self.links:
+        for r in self.links[1:] if self._borrowed else self.links:
             r.close()
 
     @property
@@ -183,6 +187,19 @@ class Chain:
                 r.verify()
             except CheckpointError as exc:
                 raise BrokenChain(f"chain link {r.path.name} is damaged ({exc})", r.path) from None
+
+    def check(self, legacy: Legacy | None = None) -> None:
+        """Raise :class:`CheckpointError` unless every link is complete (its manifest, or ``legacy``'s for a file
+        without one: fedrun.checkpoint.manifest) and passes every checksum, each checked once; a failing base
+        is a :class:`BrokenChain` naming it. ``--resume FILE``, ``--resume auto``, ``inspect`` and
+        ``consolidate`` all ask this: one meaning of a damaged chain."""
+        check_complete(self.head, legacy)
+        for link in self.links[1:]:
+            try:
+                check_complete(link, legacy)
+            except CheckpointError as exc:
+                raise BrokenChain(f"chain link {link.path.name} is incomplete ({exc})", link.path) from None
+        self.verify()
 
     def parts(self, name: str) -> list[_Part]:
         """How the links store entry ``name``, newest first, down to the first that stores every row."""
@@ -213,8 +230,28 @@ class Chain:
     def whole(self, name: str, fill: float = np.nan) -> np.ndarray:
         """Every row of entry ``name`` (``N x d`` in memory: for comparing runs), rows no link stores = ``fill``."""
         part = self.parts(name)[0]
-        path = f"{name}/values" if part.rows is not None else name
+        path = values_path(name) if part.rows is not None else name
         n = int(self.head.meta["num_clients"])
         out = np.full((n, *self.head.shape(path)[1:]), fill, dtype=self.head.dtype(path))
         self.overlay(name, 0, n, out)
         return out
+
+
+class ChainTip:
+    """The writing side of the chain: the checkpoint the next increment would build on (the newest of the run
+    directory this run wrote or resumed from; None: the next checkpoint is full) and its depth, the
+    increments since the last full one."""
+
+    def __init__(self, path: Path | None = None, depth: int = 0) -> None:
+        self.path, self.depth = path, depth
+
+    def next_link(self, full_every: int) -> dict[str, Any] | None:
+        """The ``meta/base`` of the next checkpoint when it is an increment (one in ``full_every`` is full), else
+        None (full: the chain is ``full_every`` long, there is no tip, or it no longer opens)."""
+        if self.path is None or self.depth + 1 >= full_every or not self.path.is_file():
+            return None
+        try:
+            with CheckpointReader(self.path) as base:
+                return link_to(base, self.depth + 1)
+        except CheckpointError:
+            return None

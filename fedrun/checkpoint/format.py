@@ -9,8 +9,19 @@ import h5py
 
 FORMAT_VERSION = 2  # 2: schedule/ replaces participation/ and runtime_state/
 META_NAMES = ("round", "config", "format_version", "algorithm", "num_clients", "dim", "created")
+MANIFEST = "meta/manifest"  # every other dataset with its shape, JSON (files written before it have none)
 STRING = h5py.string_dtype("utf-8")
 KINDS = "biufcS"  # bool, ints, floats, complex, fixed-length bytes
+
+
+def rows_path(name: str) -> str:
+    """The client ids of entry ``name`` (``clients/<name>``) in the rows form (fedrun.checkpoint.entries)."""
+    return f"{name}/rows"
+
+
+def values_path(name: str) -> str:
+    """The rows of entry ``name`` in the rows form, one per client id of :func:`rows_path`."""
+    return f"{name}/values"
 
 
 def error_line(e: BaseException) -> str:

@@ -1,5 +1,6 @@
 """The verifying checkpoint reader, and the run-level questions answered by reading: the newest
-checkpoint that verifies, and a description of one file (``fedrun inspect``).
+checkpoint that verifies (with the newer ones passed over, as data), and a description of one file
+(``fedrun inspect``).
 
 A reader checks the format version and the ``meta`` entries on open and the CRC-32 of what it reads
 (docs/checkpoint.md); a rank reading only its own clients verifies just the chunks those rows touch.
@@ -8,17 +9,20 @@ A reader checks the format version and the ``meta`` entries on open and the CRC-
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import h5py
 import numpy as np
+import yaml
 
 from fedrun.checkpoint.crc import crc32, crc32_combine, crc32_repeat, fill_crc
 from fedrun.checkpoint.files import checkpoint_round, list_checkpoints
-from fedrun.checkpoint.format import FORMAT_VERSION, META_NAMES, error_line, is_string
+from fedrun.checkpoint.format import FORMAT_VERSION, MANIFEST, META_NAMES, error_line, is_string
 from fedrun.errors import CheckpointError
 
 _READ_SLICE_BYTES = 64 << 20  # verify() reads this much at a time
@@ -84,6 +88,16 @@ class CheckpointReader:
             value = self.read(f"meta/{name}")
             meta[name] = value if isinstance(value, str) else int(value)
         return meta
+
+    def config(self) -> dict[str, Any]:
+        """The resolved config the checkpoint was written with (``meta/config``), as a dict."""
+        try:
+            data = yaml.safe_load(self.meta["config"])
+        except yaml.YAMLError:
+            data = None
+        if not isinstance(data, dict):
+            raise self._error("meta/config is not a YAML mapping of config sections")
+        return data
 
     def _dataset(self, path: str) -> h5py.Dataset:
         with self._reading(path):
@@ -270,40 +284,65 @@ class CheckpointReader:
             raise self._error(f"checksum mismatch in {path}")
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A checkpoint passed over when looking for the newest that verifies: its file name and why."""
+
+    file: str
+    why: str  # the CheckpointError's line
+
+    def __str__(self) -> str:
+        return f"skipping checkpoint {self.file}: {self.why}; falling back to the previous one"
+
+
+T = TypeVar("T")
+
+
+def newest(run_dir: str | os.PathLike, accept: Callable[[CheckpointReader], T]) -> tuple[Path | None, T | None,
+                                                                                      list[Skipped]]:
+    """The newest checkpoint of ``run_dir`` whose round agrees with its name and that ``accept(reader)`` takes
+    (raising :class:`CheckpointError` otherwise), with what ``accept`` returned, each checkpoint opened once;
+    and every newer one passed over, newest first. ``(None, None, skipped)`` when none is left."""
+    skipped: list[Skipped] = []
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            with CheckpointReader(path) as reader:
+                if reader.meta["round"] != checkpoint_round(path):
+                    raise CheckpointError(f"{path}: file name says round {checkpoint_round(path)}, "
+                                          f"meta/round says {reader.meta['round']}")
+                return path, accept(reader), skipped
+        except CheckpointError as e:
+            skipped.append(Skipped(path.name, str(e)))
+    return None, None, skipped
+
+
 def find_latest_valid(run_dir: str | os.PathLike, warn: Callable[[str], None] | None = None,
                       check: Callable[[CheckpointReader], None] | None = None) -> Path | None:
-    """The newest checkpoint in ``run_dir`` that opens and verifies, or None.
+    """The newest checkpoint in ``run_dir`` that opens and verifies, or None (:func:`newest`).
 
     Each newer one that fails is reported through ``warn`` (default: ``warnings.warn``), naming the
     file and what is wrong, before falling back to the previous one. Temporaries are ignored.
     ``check(reader)`` may raise :class:`CheckpointError` for a file that verifies but is not what the
     caller needs (an incomplete layout, a broken chain); that file is skipped too.
     """
-    if warn is None:
-        import warnings
 
-        def warn(message: str) -> None:
-            warnings.warn(message, stacklevel=3)
+    def accept(reader: CheckpointReader) -> None:
+        reader.verify()
+        if check is not None:
+            check(reader)
 
-    for path in reversed(list_checkpoints(run_dir)):
-        try:
-            with CheckpointReader(path) as reader:
-                if reader.meta["round"] != checkpoint_round(path):
-                    raise CheckpointError(
-                        f"{path}: file name says round {checkpoint_round(path)}, "
-                        f"meta/round says {reader.meta['round']}"
-                    )
-                reader.verify()
-                if check is not None:
-                    check(reader)
-            return path
-        except CheckpointError as e:
-            warn(f"skipping checkpoint {path.name}: {e}; falling back to the previous one")
-    return None
+    found, _, skipped = newest(run_dir, accept)
+    for passed in skipped:
+        if warn is None:
+            warnings.warn(str(passed), stacklevel=2)
+        else:
+            warn(str(passed))
+    return found
 
 
 def describe_checkpoint(path: str | os.PathLike) -> str:
-    """A human-readable summary (what ``fedrun inspect CKPT.h5`` prints); verifies every checksum."""
+    """A human-readable summary (what ``fedrun inspect CKPT.h5`` prints); verifies every checksum. The manifest
+    (``meta/manifest``, the list of the others) has a line of its own."""
     with CheckpointReader(path) as r:
         m = r.meta
         lines = [
@@ -314,7 +353,7 @@ def describe_checkpoint(path: str | os.PathLike) -> str:
             "  datasets:",
         ]
         rows, failed, total = [], [], 0
-        for name in r.datasets():
+        for name in (n for n in r.datasets() if n != MANIFEST):
             shape = r.shape(name)
             dtype = "str" if r.dtype(name) == np.dtype(object) else str(r.dtype(name))
             size = r.nbytes(name)
@@ -337,6 +376,14 @@ def describe_checkpoint(path: str | os.PathLike) -> str:
             ]
             lines.append("    " + "  ".join(cells))
         lines.append(f"  total data {total:,} bytes ({_human(total)}); file {r.path.stat().st_size:,} bytes")
+        if r.has(MANIFEST):
+            try:
+                r.verify([MANIFEST])
+                lines.append(f"  manifest: {MANIFEST} lists the file's datasets, checksum ok")
+            except CheckpointError as e:
+                failed.append(str(e))
+        else:
+            lines.append("  manifest: none (written by an older fedrun; checked against the layout its config implies)")
         if failed:
             lines.append(f"  checksums: FAILED for {len(failed)} of {len(rows)} datasets")
             lines.extend(f"    {msg}" for msg in failed)

@@ -6,6 +6,9 @@ groups of arbitrary numeric arrays, ``meta/*`` written by the writer itself, ``m
 Any ``group/name`` path works; only ``meta/<reserved>`` is off limits and ``clients/*`` must have
 ``num_clients`` rows.
 
+At commit the writer records ``meta/manifest``: every dataset it wrote, with its shape (JSON), which a
+reader checks the file against (fedrun.checkpoint.manifest).
+
 Every dataset carries ``crc32``: zlib's CRC-32 of its bytes in row (C) order, as h5py reads them
 back (strings: their UTF-8 bytes). Datasets written row by row also carry ``crc32_blocks``, one
 CRC-32 per HDF5 chunk of ``crc32_block_rows`` rows, so that a rank reading only its own clients can
@@ -35,7 +38,7 @@ from fedrun.checkpoint.files import (
     remove_stale_temporaries,
     temporary_name,
 )
-from fedrun.checkpoint.format import FORMAT_VERSION, KINDS, META_NAMES, STRING, error_line
+from fedrun.checkpoint.format import FORMAT_VERSION, KINDS, MANIFEST, META_NAMES, STRING, error_line
 from fedrun.checkpoint.guarded import GuardedFile
 from fedrun.errors import CheckpointError
 
@@ -122,6 +125,7 @@ class CheckpointWriter:
         self.path = self.run_dir / checkpoint_name(self.round)
         self.tmp_path = self.run_dir / temporary_name(self.round)
         self._streams: dict[str, _RowStream] = {}
+        self._manifest: dict[str, list[int]] = {}  # every dataset written outside meta/, with its shape
         self._raw: GuardedFile | None = None
         self._file: h5py.File | None = None
         self._done = False
@@ -184,7 +188,7 @@ class CheckpointWriter:
 
     def _new_path(self, path: str) -> str:
         _check_path(path)
-        if path.startswith("meta/") and path[5:] in (*META_NAMES, "base"):
+        if path.startswith("meta/") and path[5:] in (*META_NAMES, "base", "manifest"):
             raise CheckpointError(f"{path} is written by the checkpoint writer itself")
         if path in self._h5():
             raise CheckpointError(f"{path} is already in checkpoint {self.path}")
@@ -217,6 +221,8 @@ class CheckpointWriter:
                 arr = np.asarray(value)
                 ds = f.create_dataset(path, data=arr)
                 ds.attrs["crc32"] = np.uint32(crc32(arr.astype(ds.dtype, copy=False)))
+            if not path.startswith("meta/"):
+                self._manifest[path] = list(ds.shape)
 
     # -- streamed [N, ...] entries
     def create_rows(
@@ -246,6 +252,7 @@ class CheckpointWriter:
         with self._failure(f"creating {path}"):
             ds = self._h5().create_dataset(path, shape=shape, dtype=dtype, chunks=chunks, fillvalue=fill)
         stream = _RowStream(ds, int(num_rows), row_shape, dtype, rows_per_chunk)
+        self._manifest[path] = list(shape)
         self._streams[path] = stream
         if num_rows == 0:
             with self._failure(f"writing {path}"):
@@ -294,31 +301,40 @@ class CheckpointWriter:
                 s.finish()
 
     def skip_rows(self, path: str, start: int, stop: int) -> None:
-        """Pass over rows ``start:stop`` (whole chunks, or up to the last row), all equal to the dataset's fill
-        value: HDF5 allocates no chunk for them and reads them back as the fill value; their CRC-32 is that of
-        the fill bytes (:func:`fill_crc`), so a checkpoint of sparse client state costs the rows written."""
+        """Pass over rows ``start:stop``, all equal to the dataset's fill value: HDF5 allocates no chunk lying
+        wholly inside them and reads it back as the fill value, its CRC-32 that of the fill bytes
+        (:func:`fill_crc`); the rows of a chunk they cover in part are written (as the fill value). So a
+        checkpoint of sparse client state costs the chunks holding a row written."""
         s = self._streams.get(path)
         if s is None:
             raise CheckpointError(f"{path}: call create_rows() before skip_rows()")
+        if start != s.next_row or not start <= stop <= s.num_rows:
+            raise CheckpointError(f"{path}: rows must be passed over in order; expected rows from {s.next_row} "
+                                  f"to at most {s.num_rows}, got {start}:{stop}")
         b = s.block_rows
-        if start != s.next_row or start % b or not (stop % b == 0 or stop == s.num_rows) or stop > s.num_rows:
-            raise CheckpointError(f"{path}: can skip only whole chunks of {b} rows from row {s.next_row}, "
-                                  f"got {start}:{stop}")
+        head = min(stop, -(-start // b) * b)  # the end of the chunk ``start`` is in
+        tail = stop if stop == s.num_rows else max(head, stop // b * b)  # the whole chunks end here
+        if head > start:
+            self.write_rows(path, start, np.full((head - start, *s.row_shape), s.dataset.fillvalue, s.dtype))
         row_bytes = s.dtype.itemsize * int(np.prod(s.row_shape, dtype=np.int64))
-        whole, rest = (stop - start) // b, (stop - start) % b
-        with self._failure(f"skipping {path} rows {start}:{stop}"):
+        whole, rest = (tail - head) // b, (tail - head) % b
+        with self._failure(f"skipping {path} rows {head}:{tail}"):
             for count, rows in ((whole, b), (1 if rest else 0, rest)):  # the whole chunks, then a last short one
                 if count:
                     crc = fill_crc(s.dataset.fillvalue, s.dtype, rows * row_bytes)
                     s.blocks.extend([crc] * count)
                     s.crc = crc32_combine(s.crc, crc32_repeat(crc, rows * row_bytes, count), count * rows * row_bytes)
-            s.next_row = stop
-            if stop == s.num_rows:
-                s.finish()
+            if tail > head:
+                s.next_row = tail
+                if tail == s.num_rows:
+                    s.finish()
+        if stop > tail:
+            self.write_rows(path, tail, np.full((stop - tail, *s.row_shape), s.dataset.fillvalue, s.dtype))
 
     # -- finishing
     def commit(self) -> Path:
-        """Close, fsync, rename into place, fsync the directory, prune; returns the final path."""
+        """Record the manifest, close, fsync, rename into place, fsync the directory, prune; returns the final
+        path."""
         f = self._h5()
         try:
             for path, s in self._streams.items():
@@ -327,6 +343,7 @@ class CheckpointWriter:
                         f"cannot write checkpoint {self.path}: "
                         f"{path} has {s.next_row} of {s.num_rows} rows written"
                     )
+            self._write(MANIFEST, json.dumps(self._manifest, sort_keys=True))
             with self._failure("closing the file"):
                 f.flush()
                 f.close()

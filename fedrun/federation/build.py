@@ -24,6 +24,7 @@ from torch import Tensor
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.base import Algorithm
 from fedrun.algorithms.contract import CheckedAlgorithm
+from fedrun.checkpoint.chain import ChainTip
 from fedrun.config import Config
 from fedrun.data import ON_DEMAND, load_task
 from fedrun.data.builtin import least_squares_x0
@@ -47,6 +48,7 @@ from fedrun.protocol import Declaration, Entry, Vector
 from fedrun.runtime.world import World
 from fedrun.state.choice import StorePlan, choose, disk_share
 from fedrun.state.disk import DiskStore
+from fedrun.state.rows import ClientRows
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.losses import LossFn, loss_for
@@ -99,15 +101,12 @@ class RunState:
 
     next_round: int
     server: dict[str, Tensor]
-    clients: ClientStore | DiskStore
+    clients: ClientRows
     schedule: Schedule
     delay: DelayTracker
     strategy: str  # the local-training strategy (kept on resume)
     metrics: list[dict[str, Any]] = field(default_factory=list)  # one record per finished round (rank 0)
-    # the newest checkpoint of the run directory this run wrote or resumed from (an increment's base, None:
-    # the next checkpoint is full) and its increments since the last full one (fedrun.checkpoint.chain)
-    base: Path | None = None
-    depth: int = 0
+    chain: ChainTip = field(default_factory=ChainTip)  # what the next increment builds on (fedrun.checkpoint.chain)
     privacy: PrivacyState | None = None  # the privacy accountant and the current clip (privacy.mode != none)
 
 
@@ -193,7 +192,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
 
 def _client_store(cfg: Config, world: World, run_dir: Path | None,
                   entries: tuple[Entry, ...], num_clients: int, x0: Tensor, cohort: int,
-                  ) -> tuple[ClientStore | DiskStore, str]:
+                  ) -> tuple[ClientRows, str]:
     """The store ``state.store`` asks for (``auto``: :func:`fedrun.state.choice.choose`) under ``state.dir``
     (default: the run directory, else the temporary directory), and where it keeps the state and why."""
     directory = Path(cfg.state.dir) if cfg.state.dir else (run_dir or Path(tempfile.gettempdir()))

@@ -20,7 +20,7 @@ import numpy as np
 
 from fedrun.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_name
 from fedrun.checkpoint.chain import Chain
-from fedrun.checkpoint.format import error_line
+from fedrun.checkpoint.format import error_line, rows_path, values_path
 from fedrun.errors import CheckpointError
 from fedrun.federation.snapshot import check_chain
 
@@ -73,19 +73,19 @@ def _copy_entry(chain: Chain, w: CheckpointWriter, name: str, n: int) -> None:
             w.write_rows(name, lo, head.read_rows(name, lo, min(n, lo + step)))
         return
     part = chain.parts(name)[0]
-    values = f"{name}/values" if part.rows is not None else name
+    values = values_path(name) if part.rows is not None else name
     row_shape, dtype = head.shape(values)[1:], head.dtype(values)
     size = max(1, _WINDOW_BYTES // max(1, dtype.itemsize * int(np.prod(row_shape))))
     windows = chain.windows(name, 0, n, size)
     counts = []  # first pass: how many rows the chain stores (the file's row count comes first)
     for lo, hi in windows:
         counts.append(int(chain.overlay(name, lo, hi, np.zeros((hi - lo, *row_shape), dtype=dtype)).sum()))
-    w.create_rows(f"{name}/rows", sum(counts), (), np.int64)
-    w.create_rows(f"{name}/values", sum(counts), row_shape, dtype)
+    w.create_rows(rows_path(name), sum(counts), (), np.int64)
+    w.create_rows(values_path(name), sum(counts), row_shape, dtype)
     done = 0
     for lo, hi in windows:
         buf = np.zeros((hi - lo, *row_shape), dtype=dtype)
         known = chain.overlay(name, lo, hi, buf)
-        w.write_rows(f"{name}/rows", done, np.flatnonzero(known).astype(np.int64) + lo)
-        w.write_rows(f"{name}/values", done, buf[known])
+        w.write_rows(rows_path(name), done, np.flatnonzero(known).astype(np.int64) + lo)
+        w.write_rows(values_path(name), done, buf[known])
         done += int(known.sum())

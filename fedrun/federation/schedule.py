@@ -10,9 +10,9 @@ The round engine (``fedrun.federation.rounds``) asks the schedule once per step.
 Between training and consumption an upload is *held* by the schedule (:meth:`Schedule.hold`) and
 *released* when consumed (:meth:`Schedule.release`); uploads held across steps live in per-client rows
 the schedule declares (:meth:`Schedule.held_entries`), which sit next to the client state on the owner
-rank and are saved with it. The schedule's own state is ``state_dict``, whose datasets a checkpoint must
-hold are :meth:`Schedule.layout`. So the round function and the checkpoint code have one path for every
-schedule.
+rank and are saved with it. The schedule's own state is ``state_dict`` / ``load_state_dict`` (it is a
+:class:`fedrun.checkpoint.stateful.Stateful` part of the run state). So the round function and the
+checkpoint code have one path for every schedule.
 
 Two schedules exist:
 
@@ -96,7 +96,8 @@ class Schedule(Protocol):
 
     @staticmethod
     def layout(num_clients: int) -> dict[str, tuple[int, ...]]:
-        """The datasets ``state_dict`` always writes, with their shapes (checkpoint verification)."""
+        """The datasets ``state_dict`` always writes, with their shapes (checking a checkpoint written before
+        the manifest, fedrun.federation.legacy)."""
 
     def state_dict(self) -> dict[str, np.ndarray]: ...
 

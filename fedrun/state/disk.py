@@ -28,7 +28,8 @@ from torch import Tensor
 
 from fedrun.errors import RunFailure
 from fedrun.protocol import Entry, Vector
-from fedrun.state.store import ChangedRows, TracksChanges, block_of, initial_value
+from fedrun.state.rows import ChangedRows, TracksChanges
+from fedrun.state.store import block_of, initial_value
 
 
 def mount_point(path: Path) -> Path:
@@ -98,13 +99,16 @@ class _RowFile:
 
 class DiskStore(TracksChanges):
     """Named per-client tensors of one block of ``num_clients`` clients: vectors on disk under
-    ``directory``, scalars in memory. The interface of :class:`fedrun.state.store.ClientStore`."""
+    ``directory``, scalars in memory (a :class:`~fedrun.state.rows.ClientRows`)."""
 
-    kind = "disk"
+    # checkpoint.full_every=0: a chain of 10 (a resume reads at most 10 files; an increment costs the rows
+    # changed since the previous checkpoint, a full one the rows ever written)
+    default_full_every = 10
 
     def __init__(self, entries: tuple[Entry, ...], num_clients: int, x0: Tensor, directory: Path,
                  label: str) -> None:
         self.entries = entries
+        self.num_clients = num_clients
         self.device = x0.device
         directory.mkdir(parents=True, exist_ok=True)
         self.scalars: dict[str, Tensor] = {}
@@ -154,16 +158,11 @@ class DiskStore(TracksChanges):
         f.write(rows + start, values[torch.as_tensor(rows)])
         self.marks.mark(name, rows + start)
 
-    def written(self, name: str) -> np.ndarray | None:
-        """Which block rows of a vector entry were ever written (the others hold its initial value); None for
-        a scalar entry, which a checkpoint stores whole."""
+    def written(self, name: str) -> np.ndarray:
+        """Which block rows of a vector entry were ever written (the others hold its initial value); every row
+        of a scalar entry (in memory, not tracked)."""
         f = self.files.get(name)
-        return None if f is None else f.written
-
-    def fill(self, name: str) -> float | None:
-        """The initial value of a vector entry when it is one constant (zeros, a number), else None (x^(0))."""
-        f = self.files[name]
-        return float(f.initial[0]) if bool((f.initial == f.initial[0]).all()) else None
+        return np.ones(self.num_clients, dtype=bool) if f is None else f.written
 
     def whole(self, names: list[str]) -> dict[str, Tensor]:
         """The named scalar entries for every client of the block (vector entries stay on disk)."""

@@ -1,11 +1,9 @@
-"""State allocated from a declaration: the client store of a rank's block, and the server state.
+"""State allocated from a declaration: the client store of a rank's block in memory, and the server state.
 
 docs/design.md: per-client state lives on the rank that owns the client, as named
 ``[n_local, d]`` (vectors) and ``[n_local]`` (scalars) tensors; rank 0 holds only server entries.
-Two stores hold them behind one interface (gather and scatter of rows, a block slice for the checkpoint,
-rows loaded from one, the block-wide entries for ``after_round``, the vector rows changed since the last
-checkpoint for an incremental one): :class:`ClientStore` in memory (the
-default while the state fits) and :class:`fedrun.state.disk.DiskStore` on disk (docs/scale.md).
+Two stores hold them behind one interface, :class:`fedrun.state.rows.ClientRows`: :class:`ClientStore` in
+memory (the default while the state fits) and :class:`fedrun.state.disk.DiskStore` on disk (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ import torch
 from torch import Tensor
 
 from fedrun.protocol import Entry, Vector
+from fedrun.state.rows import ChangedRows, TracksChanges
 
 
 def initial_value(entry: Entry, x0: Tensor) -> Tensor:
@@ -28,6 +27,14 @@ def initial_value(entry: Entry, x0: Tensor) -> Tensor:
     return torch.tensor(float(entry.init), dtype=x0.dtype, device=x0.device)
 
 
+def constant_init(entry: Entry) -> float | None:
+    """The entry's declared initial value when it is one number for every element (zeros, a constant), else
+    None (the initial model x^(0))."""
+    if isinstance(entry, Vector) and entry.init == "model":
+        return None
+    return 0.0 if entry.init == "zeros" else float(entry.init)
+
+
 def init_server(entries: tuple[Entry, ...], x0: Tensor) -> dict[str, Tensor]:
     return {e.name: initial_value(e, x0) for e in entries}
 
@@ -38,50 +45,15 @@ def block_of(entry: Entry, num_clients: int, x0: Tensor) -> Tensor:
     return value.unsqueeze(0).repeat(num_clients, *([1] * value.dim()))
 
 
-class ChangedRows:
-    """A bool per block row of each vector entry: written since the last checkpoint (an increment stores
-    these rows only, docs/checkpoint.md). Scalar entries are stored whole and are not tracked."""
-
-    def __init__(self, entries: tuple[Entry, ...], num_clients: int) -> None:
-        self.masks = {e.name: np.zeros(num_clients, dtype=bool) for e in entries if isinstance(e, Vector)}
-
-    def mark(self, name: str, rows: np.ndarray | slice) -> None:
-        if name in self.masks:
-            self.masks[name][rows] = True
-
-    def changed(self, name: str) -> np.ndarray | None:
-        return self.masks.get(name)
-
-    def clear(self) -> None:
-        for mask in self.masks.values():
-            mask[:] = False
-
-    @property
-    def nbytes(self) -> int:
-        return sum(m.nbytes for m in self.masks.values())
-
-
-class TracksChanges:
-    """What both stores share: the rows changed since the last checkpoint, in ``self.marks``."""
-
-    marks: ChangedRows
-
-    def changed(self, name: str) -> np.ndarray | None:
-        """Which block rows of a vector entry changed since the last checkpoint (None for a scalar entry)."""
-        return self.marks.changed(name)
-
-    def checkpointed(self) -> None:
-        """A checkpoint holding every changed row is in place: start counting changes afresh."""
-        self.marks.clear()
-
-
 class ClientStore(TracksChanges):
-    """Named per-client tensors of one block of ``num_clients`` clients, in memory."""
+    """Named per-client tensors of one block of ``num_clients`` clients, in memory (a
+    :class:`~fedrun.state.rows.ClientRows`)."""
 
-    kind = "memory"
+    default_full_every = 1  # every checkpoint full: an in-memory run's files stay as they were before the chain
 
     def __init__(self, entries: tuple[Entry, ...], num_clients: int, x0: Tensor) -> None:
         self.entries = entries
+        self.num_clients = num_clients
         self.tensors: dict[str, Tensor] = {e.name: block_of(e, num_clients, x0) for e in entries}
         self.marks = ChangedRows(entries, num_clients)
 
@@ -106,9 +78,9 @@ class ClientStore(TracksChanges):
         t[start:start + len(values)] = values.to(t.dtype)
         self.marks.mark(name, slice(start, start + len(values)))
 
-    def written(self, name: str) -> None:
-        """None: a checkpoint stores every row of an in-memory entry (the disk store answers which rows)."""
-        return None
+    def written(self, name: str) -> np.ndarray:
+        """Every row: the memory store does not track which rows still hold their initial value."""
+        return np.ones(self.num_clients, dtype=bool)
 
     def whole(self, names: list[str]) -> dict[str, Tensor]:
         """The named entries for every client of the block (``after_round``'s state)."""
