@@ -1,0 +1,38 @@
+"""The run state: everything a checkpoint holds, which the rounds advance (the run is exactly this plus its
+config). Built by :func:`fedrun.federation.build.build`, advanced by :meth:`fedrun.federation.rounds.Round.run`,
+saved and loaded by :mod:`fedrun.federation.snapshot`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from fedrun.federation.delay import DelayTracker
+from fedrun.federation.schedule import Schedule
+from fedrun.privacy.mechanism import PrivacyState
+from fedrun.state.disk import DiskStore
+from fedrun.state.store import ClientStore
+
+
+@dataclass
+class RunState:
+    """Everything a checkpoint holds: the run is exactly this plus the config.
+
+    ``server`` lives on rank 0 only; ``clients`` holds this rank's block rows of every per-client entry
+    and of the rows the schedule holds uploads in (:meth:`~fedrun.federation.schedule.Schedule.held_entries`)."""
+
+    next_round: int
+    server: dict[str, Tensor]
+    clients: ClientStore | DiskStore
+    schedule: Schedule
+    delay: DelayTracker
+    strategy: str  # the local-training strategy (kept on resume)
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # one record per finished round (rank 0)
+    # the newest checkpoint of the run directory this run wrote or resumed from (an increment's base, None:
+    # the next checkpoint is full) and its increments since the last full one (fedrun.checkpoint.chain)
+    base: Path | None = None
+    depth: int = 0
+    privacy: PrivacyState | None = None  # the privacy accountant and the current clip (privacy.mode != none)
