@@ -54,9 +54,7 @@ def time_client_eval(setup, state, world) -> float:
     x = setup.exchange.global_model()
     world.barrier()
     start = time.perf_counter()
-    learner = setup.learner
-    setup.client_eval.evaluate(learner.model, learner.loss_fn, x, 0, setup.placement.block, state.strategy,
-                               learner.random_model)
+    setup.client_eval.evaluate(x, 0, state.strategy)
     return time.perf_counter() - start
 
 

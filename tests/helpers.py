@@ -76,7 +76,6 @@ from fedrun.config import Config, apply_override, config_from_dict
 from fedrun.data.builtin import load_least_squares
 from fedrun.federation.build import build
 from fedrun.federation.participation import Trace
-from fedrun.federation.rounds import run_round
 from fedrun.federation.schedule import Synchronous
 from fedrun.runtime.world import World
 from fedrun.training.schedule import local_lr
@@ -367,7 +366,7 @@ class Sim:
 
     def __init__(self, cfg: Config) -> None:
         self.setup, self.state = build(cfg, single_world(), None)
-        self.cfg, self.algorithm, self.decl = cfg, self.setup.algorithm, self.setup.decl
+        self.cfg, self.algorithm, self.decl = cfg, self.setup.round.trainer.algorithm, self.setup.decl
         self.up_floats, self.down_floats = self.setup.exchange.up_floats, self.setup.exchange.down_floats
         self.strategy_timings = self.setup.strategy_timings
 
@@ -392,7 +391,7 @@ class Sim:
         return self.state.schedule
 
     def round(self, t: int) -> dict[str, Any]:
-        entry = run_round(self.setup, self.state, t)
+        entry = self.setup.round.run(self.state, t)
         self.state.metrics.append(entry)
         return entry
 

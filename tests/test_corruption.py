@@ -30,10 +30,13 @@ def test_corrupted_uploads_round_by_round(kind, algorithm):
 
 
 def test_fraction_picks_round_fraction_n_clients_from_the_seed():
-    a = federation(config("fedavg", "corruption.kind=sign_flip", "corruption.fraction=0.5")).setup.corruption.mask
-    b = federation(config("fedavg", "corruption.kind=sign_flip", "corruption.fraction=0.5")).setup.corruption.mask
+    def mask(fed):
+        return fed.setup.round.trainer.corruption.mask
+
+    a = mask(federation(config("fedavg", "corruption.kind=sign_flip", "corruption.fraction=0.5")))
+    b = mask(federation(config("fedavg", "corruption.kind=sign_flip", "corruption.fraction=0.5")))
     c = federation(config("fedavg", "corruption.kind=sign_flip", "corruption.fraction=0.5", "run.seed=7"))
-    assert a.sum() == 3 and np.array_equal(a, b) and c.setup.corruption.mask.sum() == 3
+    assert a.sum() == 3 and np.array_equal(a, b) and mask(c).sum() == 3
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -65,8 +65,7 @@ def test_finetune_with_zero_steps_gives_the_global_model_figures():
     fed.round(0)
     setup, state = fed.setup, fed.state
     x = fed.global_model()
-    learner = setup.learner
-    args = (learner.model, learner.loss_fn, x, 0, setup.placement.block, state.strategy, learner.random_model)
+    args = (x, 0, state.strategy)
     zero = setup.client_eval.evaluate(*args, finetune_steps=0)
     # the fine-tuned models are evaluated one client at a time, the global one in shared batches: the
     # losses agree to float32 rounding, the counts of correct answers exactly

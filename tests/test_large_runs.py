@@ -36,14 +36,12 @@ def test_evaluation_in_many_windows_equals_one_window_bit_for_bit(monkeypatch):
     dataset per window; every per-client figure must equal the one-window evaluation bit for bit."""
     fed = federation(MNIST)
     setup, state = fed.setup, fed.state
-    learner = setup.learner
-    args = (learner.model, learner.loss_fn, fed.global_model(), 0, setup.placement.block, state.strategy,
-            learner.random_model)
+    args = (fed.global_model(), 0, state.strategy)
     one = setup.client_eval
     assert len(one.windows) == 1 and one.kept is not None
     whole = one.evaluate(*args, finetune_steps=1)
     monkeypatch.setattr(client_eval, "WINDOW_EXAMPLES", 64)
-    many = ClientEval(setup.cfg, setup.world, one.source, setup.placement.blocks, setup.dtype, True)
+    many = ClientEval(setup.cfg, setup.world, one.source, setup.placement.blocks, setup.learner, setup.placement.block)
     assert len(many.windows) > 5 and many.kept is None
     cut = [(lo, hi) for lo, hi in many.windows if hi not in set(many.ends)]
     assert cut, "some client's examples must straddle a window's end"
@@ -77,8 +75,13 @@ def test_on_demand_evaluation_never_holds_every_clients_test_examples(monkeypatc
                       synthetic_fedprox=SyntheticFedproxConfig(test_clients=5, max_examples=500))
     source = CountingSource(data, 0)
     cfg = Config(data=data, run=RunConfig(seed=0), eval=EvalConfig())
+    # the model the evaluation runs: a small run's (logistic regression on the same features, float32)
+    fed_model = federation({"data": {"name": "synthetic_fedprox", "num_clients": 50,
+                                     "synthetic_fedprox": {"test_clients": 5}},
+                            "model": {"name": "logistic"}, "run": {"rounds": 1, "device": "cpu"}})
+    learner, block = fed_model.setup.learner, fed_model.setup.placement.block
     tracemalloc.start()
-    everyone = ClientEval(cfg, world, source, [(0, 200_000)], torch.float32, True)
+    everyone = ClientEval(cfg, world, source, [(0, 200_000)], learner, block)
     built_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert everyone.num_clients == 200_000 and source.calls == []  # nothing read at start-up
@@ -86,14 +89,9 @@ def test_on_demand_evaluation_never_holds_every_clients_test_examples(monkeypatc
 
     monkeypatch.setattr(client_eval, "WINDOW_BYTES", 2**20)  # windows of 4,352 examples of 60 floats
     cfg = Config(data=data, run=RunConfig(seed=0), eval=EvalConfig(clients=4000))
-    sample = ClientEval(cfg, world, source, [(0, 200_000)], torch.float32, True)
-    fed_model = federation({"data": {"name": "synthetic_fedprox", "num_clients": 50,
-                                     "synthetic_fedprox": {"test_clients": 5}},
-                            "model": {"name": "logistic"}, "run": {"rounds": 1, "device": "cpu"}})
-    learner = fed_model.setup.learner
+    sample = ClientEval(cfg, world, source, [(0, 200_000)], learner, block)
     tracemalloc.start()
-    out = sample.evaluate(learner.model, learner.loss_fn, fed_model.global_model(), 0,
-                          fed_model.setup.placement.block, fed_model.state.strategy, False)
+    out = sample.evaluate(fed_model.global_model(), 0, fed_model.state.strategy)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     window = client_eval.window_examples((60,), cfg.eval.batch_size)

@@ -35,7 +35,6 @@ import fedrun
 from fedrun.algorithms import ALGORITHMS
 from fedrun.config import load_config
 from fedrun.federation.participation.registry import make_participation
-from fedrun.federation.rounds import context, train_clients
 from fedrun.privacy.mechanism import clip_uploads, upload_norms
 
 N = 20
@@ -106,8 +105,8 @@ def test_clip_bounds_every_real_clients_upload_jointly():
                                         "privacy.noise_multiplier=0", "privacy.clip=0.05", "local.lr=0.5"]))
     down = fed.downlink()
     rows = np.arange(N)
-    ctx = context(fed.setup, 0, 0.5, N)
-    up, _, _ = train_clients(fed.setup, fed.state, rows, down, down, 0, ctx, None)
+    ctx = fed.setup.round.facts.context(0, 0.5, N)
+    up, _, _ = fed.setup.round.trainer.train(fed.state, rows, down, down, ctx, None)
     norms = upload_norms(up, list(up))
     assert float(norms.max()) <= 0.05 * (1 + 1e-12)
     assert float(norms.min()) > 0.049  # these deltas were all larger than C: each now sits on the sphere

@@ -20,14 +20,14 @@ The check looks at shapes and dtypes only: a few comparisons per entry per round
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
 
 from fedrun.algorithms.base import Algorithm
 from fedrun.errors import RuleContractError, brief
-from fedrun.protocol import Clients, Declaration, Entry, LocalPlan, LocalResult, RoundContext, Vector
+from fedrun.protocol import Clients, Declaration, LocalPlan, LocalResult, RoundContext, Vector
 
 
 class CheckedAlgorithm(Algorithm):
@@ -62,10 +62,9 @@ class CheckedAlgorithm(Algorithm):
         if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(o, dict) for o in out)):
             self._fail("client_finish", f"returned {brief(out)}; expected (uploads, new client state), two dicts")
         up, new_state = out
-        rows, dtype = len(clients.ids), down["x"].dtype
-        self._check_entries("client_finish", "upload", up, self.decl.up, ctx.dim, dtype, (rows,), complete=True)
-        self._check_entries("client_finish", "client state", new_state, self.decl.client, ctx.dim, dtype, (rows,),
-                            complete=False, passed=state)
+        rows = len(clients.ids)
+        self._check_entries("client_finish", "upload", up, down["x"], (rows,))
+        self._check_entries("client_finish", "client state", new_state, down["x"], (rows,), passed=state)
         return up, new_state
 
     def server_update(self, server: dict[str, Tensor], up: dict[str, Tensor],
@@ -73,8 +72,7 @@ class CheckedAlgorithm(Algorithm):
         new = self._call("server_update", self.inner.server_update, server, up, ctx)
         if not isinstance(new, dict):
             self._fail("server_update", f"returned {type(new).__name__}; expected a dict of server entries")
-        self._check_entries("server_update", "server", new, self.decl.server, ctx.dim, server["x"].dtype, (),
-                            complete=True)
+        self._check_entries("server_update", "server", new, server["x"], ())
         return new
 
     def defines(self, rule: str) -> bool:
@@ -86,8 +84,7 @@ class CheckedAlgorithm(Algorithm):
         if not isinstance(new, dict):
             self._fail("active_update", f"returned {type(new).__name__}; expected a dict of client entries")
         rows = len(next(iter(state.values()))) if state else 0
-        self._check_entries("active_update", "client state", new, self.decl.client, ctx.dim, down_next["x"].dtype,
-                            (rows,), complete=False, passed=state)
+        self._check_entries("active_update", "client state", new, down_next["x"], (rows,), passed=state)
         return new
 
     def after_round(self, down_next: dict[str, Tensor], state: dict[str, Tensor], active: Tensor,
@@ -95,8 +92,7 @@ class CheckedAlgorithm(Algorithm):
         new = self._call("after_round", self.inner.after_round, down_next, state, active, ctx)
         if not isinstance(new, dict):
             self._fail("after_round", f"returned {type(new).__name__}; expected a dict of client entries")
-        self._check_entries("after_round", "client state", new, self.decl.client, ctx.dim, down_next["x"].dtype,
-                            (len(active),), complete=False, passed=state)
+        self._check_entries("after_round", "client state", new, down_next["x"], (len(active),), passed=state)
         return new
 
     # ------------------------------------------------------------------------------------------ checks
@@ -110,11 +106,14 @@ class CheckedAlgorithm(Algorithm):
             self._fail(rule, f"read entry {brief(key)}, which it was not given (its inputs hold: "
                              f"{', '.join(given) or 'nothing'}); expected a declared entry")
 
-    def _check_entries(self, rule: str, kind: str, values: dict[str, Any], entries: Iterable[Entry], dim: int,
-                       dtype: Any, rows: tuple[int, ...], complete: bool, passed: dict[str, Any] | None = None) -> None:
-        """``values`` hold the declared ``entries`` (all of them when ``complete``), each ``[*rows, dim]`` or
-        ``rows``; entries of ``passed`` (the runtime's own rows a rule was handed) may come back as they were."""
-        passed = passed or {}
+    def _check_entries(self, rule: str, kind: str, values: dict[str, Any], x: Tensor, rows: tuple[int, ...],
+                       passed: dict[str, Any] | None = None) -> None:
+        """``values`` hold the entries the declaration lists for ``kind`` (``upload``, ``server`` or ``client
+        state``), each ``[*rows, d]`` or ``rows`` in the dtype of the model ``x`` (d = its size). A rule that
+        was handed no state (``passed`` None) returns every one of them; the entries of ``passed`` (the
+        runtime's own rows a rule was handed) may be left out or come back as they were."""
+        entries = {"upload": self.decl.up, "server": self.decl.server, "client state": self.decl.client}[kind]
+        dim, dtype, complete, passed = x.shape[-1], x.dtype, passed is None, passed or {}
         values = {k: v for k, v in values.items() if not (k in passed and v is passed[k])}
         declared = {e.name: e for e in entries}
         extra = sorted(map(str, set(values) - set(declared)))

@@ -121,9 +121,11 @@ def dataset_dir(name: str, root: str | None) -> Path:
 # -------------------------------------------------------------------------------------------- loaders
 
 
-def _image_task(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
-                y_test: np.ndarray, num_classes: int, scale: float = 1 / 255,
-                groups: np.ndarray | None = None) -> TaskData:
+def _image_task(name: str, arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], num_classes: int,
+                scale: float = 1 / 255, groups: np.ndarray | None = None) -> TaskData:
+    """The task of images ``arrays`` = (x_train, y_train, x_test, y_test), pixels times ``scale`` then
+    normalized by the training set's statistics, integer labels."""
+    x_train, y_train, x_test, y_test = arrays
     x_train, x_test = normalize_images(x_train, x_test, scale)
     return TaskData(name, x_train, y_train.astype(np.int64), x_test, y_test.astype(np.int64), num_classes,
                     groups=groups)
@@ -134,7 +136,7 @@ def _idx_task(name: str, directory: Path) -> TaskData:
     for split, y in (("train", y_train), ("t10k", y_test)):
         if len(y) and y.max() > 9:
             raise DataError(f"{directory}/{split}-labels-idx1-ubyte: expected labels 0..9, found {y.max()}")
-    return _image_task(name, x_train[:, None], y_train, x_test[:, None], y_test, 10)
+    return _image_task(name, (x_train[:, None], y_train, x_test[:, None], y_test), 10)
 
 
 def load_mnist(root: str | None, seed: int = 0, test_fraction: float = 0.2) -> TaskData:
@@ -158,23 +160,23 @@ def load_svhn(root: str | None, seed: int = 0, test_fraction: float = 0.2) -> Ta
     d = dataset_dir("svhn", root)
     x_train, y_train = formats.read_svhn_mat(d / "train_32x32.mat")
     x_test, y_test = formats.read_svhn_mat(d / "test_32x32.mat")
-    return _image_task("svhn", x_train, y_train, x_test, y_test, 10)
+    return _image_task("svhn", (x_train, y_train, x_test, y_test), 10)
 
 
 def load_cifar10(root: str | None, seed: int = 0, test_fraction: float = 0.2) -> TaskData:
     """CIFAR-10 python batches (50k/10k), x ``[n, 3, 32, 32]``, 10 classes."""
-    return _image_task("cifar10", *formats.read_cifar10(dataset_dir("cifar10", root)), 10)
+    return _image_task("cifar10", formats.read_cifar10(dataset_dir("cifar10", root)), 10)
 
 
 def load_cifar100(root: str | None, seed: int = 0, test_fraction: float = 0.2) -> TaskData:
     """CIFAR-100 python files (50k/10k), fine labels, x ``[n, 3, 32, 32]``, 100 classes."""
-    return _image_task("cifar100", *formats.read_cifar100(dataset_dir("cifar100", root)), 100)
+    return _image_task("cifar100", formats.read_cifar100(dataset_dir("cifar100", root)), 100)
 
 
 def load_tiny_imagenet(root: str | None, seed: int = 0, test_fraction: float = 0.2) -> TaskData:
     """Tiny-ImageNet-200 (100k train, the 10k labelled val images as test), x ``[n, 3, 64, 64]``."""
     x_train, y_train, x_val, y_val, wnids = formats.read_tiny_imagenet(dataset_dir("tiny_imagenet", root))
-    return _image_task("tiny_imagenet", x_train, y_train, x_val, y_val, len(wnids))
+    return _image_task("tiny_imagenet", (x_train, y_train, x_val, y_val), len(wnids))
 
 
 def _leaf_users(name: str, root: str | None, seed: int, test_fraction: float,
@@ -223,7 +225,7 @@ def load_femnist(root: str | None, seed: int = 0, test_fraction: float = 0.2) ->
     x_train, y_train, g_train = formats.femnist_arrays(train_users)
     x_test, y_test, g_test = formats.femnist_arrays(test_users)
     groups, groups_test = _user_groups(train_users, g_train, test_users, g_test)
-    task = _image_task("femnist", x_train, y_train, x_test, y_test, 62, scale=1.0, groups=groups)
+    task = _image_task("femnist", (x_train, y_train, x_test, y_test), 62, scale=1.0, groups=groups)
     task.groups_test = groups_test
     return task
 

@@ -13,7 +13,7 @@ examples are split off its partition first (its training examples are the rest).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,8 @@ import torch
 from torch import Tensor
 
 from fedrun.algorithms import get_algorithm
-from fedrun.algorithms.base import Algorithm
 from fedrun.algorithms.contract import CheckedAlgorithm
-from fedrun.checkpoint.chain import ChainTip
-from fedrun.config import Config
+from fedrun.config import Config, StateConfig
 from fedrun.data import ON_DEMAND, load_task
 from fedrun.data.builtin import least_squares_x0
 from fedrun.data.client_block import ClientBlock
@@ -36,14 +34,18 @@ from fedrun.data.sizes import available_bytes, check_memory, model_bytes
 from fedrun.errors import ConfigError
 from fedrun.federation.blocks import Placement, assign_blocks, round_work
 from fedrun.federation.client_eval import ClientEval
+from fedrun.federation.client_trainer import ClientTrainer, Learner
 from fedrun.federation.corruption import Corruption
 from fedrun.federation.delay import DelayTracker
+from fedrun.federation.evaluation import Evaluation
 from fedrun.federation.exchange import Exchange, check_gathered_memory
 from fedrun.federation.participation.registry import make_participation
+from fedrun.federation.rounds import Round, RoundFacts
+from fedrun.federation.run_state import RunState
 from fedrun.federation.schedule import Schedule, make_schedule, schedule_type
 from fedrun.models import build_model, uses_randomness
 from fedrun.preflight import check_model_fits_data, parameter_count
-from fedrun.privacy.mechanism import Privacy, PrivacyState
+from fedrun.privacy.mechanism import Privacy, RunShape
 from fedrun.protocol import Declaration, Entry, Vector
 from fedrun.runtime.world import World
 from fedrun.state.choice import StorePlan, choose, disk_share
@@ -51,63 +53,31 @@ from fedrun.state.disk import DiskStore
 from fedrun.state.rows import ClientRows
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.losses import LossFn, loss_for
+from fedrun.training.losses import loss_for
 from fedrun.training.strategy import applicable_strategies, check_strategy, reproducible_strategy, time_strategies
 
 
 @dataclass
-class Learner:
-    """The model and what it is trained and tested with on this rank."""
-
-    model: FlatModel
-    random_model: bool  # the forward pass draws random numbers (dropout)
-    loss_fn: LossFn
-    classification: bool
-    test_x: Tensor  # this rank's shard of the test set: whole batches of eval.batch_size
-    test_y: Tensor
-    num_test: int  # examples in the whole test set
-
-
-@dataclass
 class Setup:
-    """What a rank holds for one run and no round changes: the run's fixed facts, where its clients are
-    (``placement``), the model (``learner``), and the engine parts."""
+    """What a rank holds for one run and no round changes: the round with its collaborators (``round``,
+    :class:`~fedrun.federation.rounds.Round`), and the run's fixed facts the loop, its start-up lines and the
+    checkpoint read: where the clients are (``placement``), the model (``learner``), the exchange."""
 
     cfg: Config
     world: World
     run_dir: Path | None
     dtype: torch.dtype
     num_clients: int  # N
-    total_examples: float  # sum_j n_j
     dim: int  # d
     placement: Placement
     learner: Learner
-    algorithm: Algorithm
     decl: Declaration  # the algorithm's declaration
     exchange: Exchange
+    round: Round
     strategy_timings: dict[str, float]
-    corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
     client_eval: ClientEval | None = None  # per-client evaluation (per-client test data: docs/evaluation.md)
     privacy: Privacy | None = None  # clipping and noise of the uploads (privacy.mode != none: docs/privacy.md)
     store_choice: str = ""  # where the client state lives and why (the start-up line)
-
-
-@dataclass
-class RunState:
-    """Everything a checkpoint holds: the run is exactly this plus the config.
-
-    ``server`` lives on rank 0 only; ``clients`` holds this rank's block rows of every per-client entry
-    and of the rows the schedule holds uploads in (:meth:`~fedrun.federation.schedule.Schedule.held_entries`)."""
-
-    next_round: int
-    server: dict[str, Tensor]
-    clients: ClientRows
-    schedule: Schedule
-    delay: DelayTracker
-    strategy: str  # the local-training strategy (kept on resume)
-    metrics: list[dict[str, Any]] = field(default_factory=list)  # one record per finished round (rank 0)
-    chain: ChainTip = field(default_factory=ChainTip)  # what the next increment builds on (fedrun.checkpoint.chain)
-    privacy: PrivacyState | None = None  # the privacy accountant and the current clip (privacy.mode != none)
 
 
 def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunState]:
@@ -157,57 +127,67 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     schedule = make_schedule(cfg, num_clients, dtype, world.device)
     privacy = None
     if cfg.privacy.mode != "none":  # the pattern's fresh copy plans the rounds for a calibration of sigma
-        privacy = Privacy(cfg.privacy, cfg.algorithm.name, decl, getattr(schedule, "participation", None),
+        shape = RunShape(cfg.algorithm.name, num_clients, cfg.run.rounds, seed, cfg.asynchrony.enabled)
+        privacy = Privacy(cfg.privacy, shape, decl, getattr(schedule, "participation", None),
                           None if cfg.asynchrony.enabled else
-                          make_participation(cfg.participation, num_clients, seed, cfg.run.rounds),
-                          num_clients, cfg.run.rounds, seed, cfg.asynchrony.enabled, world)
-    clients, store_choice = _client_store(cfg, world, run_dir,
-                                          (*decl.client, *schedule.held_entries(decl.up)), block.num_clients, x0,
-                                          schedule.cohort)
+                          make_participation(cfg.participation, num_clients, seed, cfg.run.rounds), world)
+    entries = (*decl.client, *schedule.held_entries(decl.up))
+    directory = Path(cfg.state.dir) if cfg.state.dir else (run_dir or Path(tempfile.gettempdir()))
+    plan = _store_plan(entries, block.num_clients, x0, cfg.run.rounds * schedule.cohort)
+    clients, store_choice = _client_store(cfg.state, world, directory, entries, x0, plan)
     server = init_server(decl.server, x0) if world.is_root else {}
     exchange = Exchange(decl, model.dim, world, dtype, cfg.run.skip_nonfinite_clients)
     exchange.publish(server)
     if exchange.gathered:
         check_gathered_memory(len(exchange.gathered), schedule.max_consumed(), model.dim, dtype, world,
                               f"algorithm.name={cfg.algorithm.name}")
-    random_model = uses_randomness(module)
-    loss_fn = loss_for(task.task)
-    strategy, timings = _choose_strategy(cfg, world, model, block, random_model, loss_fn, x0, schedule.cohort)
-    learner = Learner(model=model, random_model=random_model, loss_fn=loss_fn,
+    learner = Learner(model=model, random_model=uses_randomness(module), loss_fn=loss_for(task.task),
                       classification=task.task == "classification",
                       test_x=_to_device(task.x_test[test_rows], world.device, dtype),
                       test_y=_to_device(task.y_test[test_rows], world.device, dtype), num_test=len(task.y_test))
-    setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients,
-                  total_examples=float(sizes.sum()), dim=model.dim,
-                  placement=Placement(mode, blocks, work, block, world.rank, world.size), learner=learner,
-                  algorithm=algorithm, decl=decl, exchange=exchange, strategy_timings=timings, corruption=corruption,
-                  store_choice=store_choice, privacy=privacy)
-    if source.test_examples is not None:
-        setup.client_eval = ClientEval(cfg, world, source, blocks, dtype, learner.classification)
+    strategy, timings = _choose_strategy(cfg, world, learner, block, x0, schedule.cohort)
+    client_eval = ClientEval(cfg, world, source, blocks, learner, block) if source.test_examples is not None \
+        else None
+    placement = Placement(mode, blocks, work, block, world.rank, world.size)
+    trainer = ClientTrainer(algorithm=algorithm, decl=decl, learner=learner, block=block, local=cfg.local, seed=seed,
+                            corruption=corruption, privacy=privacy)
+    facts = RoundFacts(num_clients=num_clients, dim=model.dim, total_examples=float(sizes.sum()),
+                       rounds=cfg.run.rounds, local_steps=cfg.local.steps,
+                       skip_nonfinite=cfg.run.skip_nonfinite_clients)
+    round_ = Round(trainer=trainer, exchange=exchange, evaluation=Evaluation(learner, world, cfg.eval, cfg.run.rounds,
+                                                                             client_eval),
+                   placement=placement, world=world, facts=facts, privacy=privacy)
+    setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients, dim=model.dim,
+                  placement=placement, learner=learner, decl=decl, exchange=exchange, round=round_,
+                  strategy_timings=timings, client_eval=client_eval, store_choice=store_choice, privacy=privacy)
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
                      delay=DelayTracker(num_clients), strategy=strategy,
                      privacy=None if privacy is None else privacy.state)
     return setup, state
 
 
-def _client_store(cfg: Config, world: World, run_dir: Path | None,
-                  entries: tuple[Entry, ...], num_clients: int, x0: Tensor, cohort: int,
-                  ) -> tuple[ClientRows, str]:
-    """The store ``state.store`` asks for (``auto``: :func:`fedrun.state.choice.choose`) under ``state.dir``
-    (default: the run directory, else the temporary directory), and where it keeps the state and why."""
-    directory = Path(cfg.state.dir) if cfg.state.dir else (run_dir or Path(tempfile.gettempdir()))
+def _store_plan(entries: tuple[Entry, ...], num_clients: int, x0: Tensor, touched_rows: int) -> StorePlan:
+    """The client state of ``entries`` for ``num_clients`` rows of vectors like ``x0``, ``touched_rows`` of
+    them written over the run (T times the cohort)."""
     vectors = [e for e in entries if isinstance(e, Vector)]
-    plan = StorePlan(rows=num_clients, dim=x0.numel(), vectors=len(vectors), scalars=len(entries) - len(vectors),
-                     itemsize=x0.element_size(), touched_rows=cfg.run.rounds * cohort)
+    return StorePlan(rows=num_clients, dim=x0.numel(), vectors=len(vectors), scalars=len(entries) - len(vectors),
+                     itemsize=x0.element_size(), touched_rows=touched_rows)
+
+
+def _client_store(section: StateConfig, world: World, directory: Path, entries: tuple[Entry, ...], x0: Tensor,
+                  plan: StorePlan) -> tuple[ClientRows, str]:
+    """The store ``state.store`` asks for (``auto``: :func:`fedrun.state.choice.choose`) in ``directory``
+    (``state.dir``; default: the run directory, else the temporary directory), and where it keeps the state
+    and why."""
     choice: tuple[str, str] | str = ""
     try:  # the ranks sharing a disk share its free space: rank 0 sums their rows per disk
-        shares = world.allgather_object(disk_share(directory, plan.disk_bytes) if cfg.state.store != "memory"
+        shares = world.allgather_object(disk_share(directory, plan.disk_bytes) if section.store != "memory"
                                         else None)
     except OSError as exc:  # the nearest existing parent of state.dir cannot be examined
         raise ConfigError(f"state.dir={directory}: {exc.strerror or exc}") from None
     if world.is_root:  # one choice for every rank (a checkpoint streams every rank's rows alike)
         try:
-            choice = choose(cfg.state.store, plan, directory, available_bytes(),
+            choice = choose(section.store, plan, directory, available_bytes(),
                             None if None in shares else shares)
         except ConfigError as err:
             choice = str(err)
@@ -216,8 +196,8 @@ def _client_store(cfg: Config, world: World, run_dir: Path | None,
         raise ConfigError(choice)
     kind, why = choice
     if kind == "memory":
-        return ClientStore(entries, num_clients, x0), f"in memory ({why})"
-    return DiskStore(entries, num_clients, x0, directory, f"rank{world.rank}"), f"on disk ({why})"
+        return ClientStore(entries, plan.rows, x0), f"in memory ({why})"
+    return DiskStore(entries, plan.rows, x0, directory, f"rank{world.rank}"), f"on disk ({why})"
 
 
 def client_data(cfg: Config, seed: int, ranks: int = 1) -> ClientSource:
@@ -275,11 +255,11 @@ def _placement(cfg: Config, decl: Declaration, world: World, schedule: type[Sche
     return requested
 
 
-def _choose_strategy(cfg: Config, world: World, model: FlatModel, block: ClientBlock, random_model: bool,
-                     loss_fn: LossFn, x0: Tensor, cohort: int) -> tuple[str, dict[str, float]]:
+def _choose_strategy(cfg: Config, world: World, learner: Learner, block: ClientBlock, x0: Tensor,
+                     cohort: int) -> tuple[str, dict[str, float]]:
     """``local.strategy``: for ``auto`` the fastest exact strategy of the model on this device (by rule), for
     ``fastest`` the fastest on rank 0's timing (the same on every rank)."""
-    requested = cfg.local.strategy
+    requested, model, random_model = cfg.local.strategy, learner.model, learner.random_model
     check_strategy(requested, model, block, random_model, cfg.model.name)
     if requested == "auto":
         return reproducible_strategy(model, block, cfg.model.name, world.device), {}
@@ -287,7 +267,7 @@ def _choose_strategy(cfg: Config, world: World, model: FlatModel, block: ClientB
         return requested, {}
     timings: dict[str, float] = {}
     if world.is_root:
-        timings = time_strategies(model, loss_fn, block, x0, cfg.local, -(-cohort // world.size), cfg.run.seed,
+        timings = time_strategies(model, learner.loss_fn, block, x0, cfg.local, -(-cohort // world.size), cfg.run.seed,
                                   applicable_strategies(model, block, random_model))
     timings = world.broadcast_object(timings)
     return min(timings, key=timings.get), timings

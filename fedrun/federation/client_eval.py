@@ -31,14 +31,13 @@ from torch import Tensor
 from fedrun.config import Config
 from fedrun.data.client_block import ClientBlock
 from fedrun.data.client_source import ClientSource, sample_clients
+from fedrun.federation.client_trainer import Learner
 from fedrun.protocol import LocalPlan
 from fedrun.runtime.flat import reduce_to_root
 from fedrun.runtime.world import World
 from fedrun.training.evaluate import evaluate_examples
-from fedrun.training.flat_model import FlatModel
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
-from fedrun.training.losses import LossFn
 from fedrun.training.schedule import local_lr
 
 FINETUNE_ROUNDS = 1 << 40  # fine-tuning after round t draws its batches as "round" FINETUNE_ROUNDS + t
@@ -75,9 +74,10 @@ class ClientEval:
     examples once all are in (carried across windows), so the per-client sums are bit for bit the same."""
 
     def __init__(self, cfg: Config, world: World, source: ClientSource, blocks: list[tuple[int, int]],
-                 dtype: torch.dtype, classification: bool) -> None:
-        self.cfg, self.world, self.source, self.dtype = cfg, world, source, dtype
-        self.classification = classification
+                 learner: Learner, block: ClientBlock) -> None:
+        self.cfg, self.world, self.source, self.dtype = cfg, world, source, block.dtype
+        self.learner, self.block = learner, block  # the model, and the clients this rank trains (fine-tuning)
+        self.classification = learner.classification
         self.ids = sample_clients(source.num_clients, cfg.eval.clients, cfg.run.seed, EVAL_STREAM)
         self.counts = source.test_examples[self.ids]
         self.num_clients = len(self.ids)
@@ -104,8 +104,7 @@ class ClientEval:
         return (a_lo, a_hi, _to_device(x[skip:skip + a_hi - a_lo], self.world.device, self.dtype),
                 _to_device(y[skip:skip + a_hi - a_lo], self.world.device, self.dtype))
 
-    def evaluate(self, model: FlatModel, loss_fn: LossFn, x: Tensor, t: int, block: ClientBlock, strategy: str,
-                 random_model: bool, finetune_steps: int | None = None) -> dict[str, np.ndarray]:
+    def evaluate(self, x: Tensor, t: int, strategy: str, finetune_steps: int | None = None) -> dict[str, np.ndarray]:
         """Collective: the per-client ``accuracy``/``loss`` of the global model ``x`` after round t (and
         ``finetuned_*`` with ``finetune_steps`` > 0, default ``eval.finetune_steps``; 0 takes the
         personalization path without steps), float64 ``[|S|]`` in the order of ``ids``, NaN where m_i = 0, on rank 0
@@ -113,7 +112,8 @@ class ClientEval:
         steps = self.cfg.eval.finetune_steps if finetune_steps is None else finetune_steps
         personal = finetune_steps is not None or steps > 0
         n = self.num_clients
-        tuned = self._finetuned(model, loss_fn, x, t, block, strategy, random_model, steps) if personal else None
+        model, loss_fn = self.learner.model, self.learner.loss_fn
+        tuned = self._finetuned(x, t, strategy, steps) if personal else None
         sums = Sums(self.counts) if self.world.is_root else None
         for w, (lo, hi) in enumerate(self.windows):
             last = w + 1 == len(self.windows)
@@ -142,11 +142,11 @@ class ClientEval:
                     out["finetuned_accuracy"] = tuned_sums[:, 1] / self.counts
         return out
 
-    def _finetuned(self, model: FlatModel, loss_fn: LossFn, x: Tensor, t: int, block: ClientBlock, strategy: str,
-                   random_model: bool, steps: int) -> Tensor:
+    def _finetuned(self, x: Tensor, t: int, strategy: str, steps: int) -> Tensor:
         """``[owned clients, 2]``: loss and correct sums of each owned client's fine-tuned model on its own
         test examples (float64)."""
-        cfg = self.cfg
+        cfg, block = self.cfg, self.block
+        model, loss_fn, random_model = self.learner.model, self.learner.loss_fn, self.learner.random_model
         out = torch.zeros(len(self.owned), 2, dtype=torch.float64, device=x.device)
         rows_all = self.owned_ids - block.first  # block rows of the owned clients
         for group in range(0, len(rows_all), FINETUNE_GROUP):

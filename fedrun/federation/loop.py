@@ -4,12 +4,12 @@ the checkpoint cadence.
     setup, state = build(cfg, world, run_dir)          # fedrun.federation.build
     restore(setup, state, checkpoint)                   # on --resume (fedrun.federation.snapshot)
     for t in range(state.next_round, cfg.run.rounds):
-        record = run_round(setup, state, t)             # fedrun.federation.rounds: where a round happens
+        record = setup.round.run(state, t)              # fedrun.federation.rounds: where a round happens
         halted = observers.on_round_end(record, arrays) # metrics.jsonl, clients.h5, TensorBoard, MLflow, the
                                                         # progress line, the user's callback (fedrun.metrics.observer)
         checkpoints.after_round(t + 1, halted)          # fedrun.federation.cadence; a stop signal ends the run there
 
-A run is exactly its :class:`~fedrun.federation.build.RunState` plus its config; a checkpoint saves that.
+A run is exactly its :class:`~fedrun.federation.run_state.RunState` plus its config; a checkpoint saves that.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from fedrun.federation import resume as resume_policy
 from fedrun.federation import snapshot
 from fedrun.federation.build import RunState, Setup, build
 from fedrun.federation.cadence import Checkpoints
-from fedrun.federation.rounds import CLIENT_ARRAYS, run_round
+from fedrun.federation.rounds import CLIENT_ARRAYS
 from fedrun.federation.runtime_log import RuntimeLog
 from fedrun.metrics.log import MetricsLog, Progress, flatten
 from fedrun.metrics.mlflow import MlflowLog
@@ -107,7 +107,7 @@ def train(cfg: Config, world: World, run_dir: Path | None, options: RunOptions) 
             for t in range(first, cfg.run.rounds):
                 if _budget_spent(setup, t, checkpoints, signals):
                     break
-                record = run_round(setup, state, t, stop_requested=lambda: signals.requested)
+                record = setup.round.run(state, t, stop_requested=lambda: signals.requested)
                 arrays = record.pop(CLIENT_ARRAYS, None)
                 if world.is_root:
                     state.metrics.append(record)

@@ -60,6 +60,19 @@ class Step:
     from_previous: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # subset of start
     previous_x: Tensor | None = None  # the model the ``from_previous`` clients start from
 
+    def training_staleness(self, count: int, device: torch.device) -> Tensor | None:
+        """The staleness the rules see while ``count`` starting clients train: zeros in a schedule with
+        staleness (an upload's staleness counts from its start), None in synchronous rounds."""
+        return None if self.staleness is None else torch.zeros(count, dtype=torch.int64, device=device)
+
+    def consumed_staleness(self, device: torch.device) -> tuple[Tensor | None, int]:
+        """tau_i of the consumed uploads as the server rule sees it (None in synchronous rounds) and its
+        maximum (0 when none is consumed)."""
+        if self.staleness is None:
+            return None, 0
+        tau = torch.as_tensor(self.staleness, dtype=torch.int64, device=device)
+        return tau, int(self.staleness.max()) if len(self.staleness) else 0
+
 
 class Schedule(Protocol):
     """The interface the round engine and the checkpoint use. The replicated state (``state_dict``) is

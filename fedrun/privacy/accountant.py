@@ -32,12 +32,15 @@ import copy
 import logging
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dp_accounting as dpa
 import numpy as np
 from dp_accounting import mechanism_calibration, pld, rdp
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+if TYPE_CHECKING:
+    from fedrun.privacy.config import PrivacyConfig
 
 SAMPLINGS = ("poisson", "without_replacement", "none")
 # dp-accounting warns (through absl, once per order) when a fractional RDP order's series does not converge and
@@ -176,11 +179,13 @@ class Accountant:
         return float(compute_epsilon(self._orders, count * self._vector(one, ("round", 1.0)), self.delta)[0])
 
 
-def calibrate(kind: str, delta: float, sampling: str, num_clients: int, cohort: int, target: float,
-              q: Sequence[float], worst: int) -> float:
+def calibrate(cfg: PrivacyConfig, sampling: str, num_clients: int, cohort: int, q: Sequence[float],
+              worst: int) -> float:
     """The smallest sigma whose run (``q``: the planned rounds' worst-client probabilities; ``worst``: the
-    most rounds one client joins) spends at most ``target`` epsilon at ``delta``: dp-accounting's Brent search
-    (``calibrate_dp_mechanism``). The poisson rounds are grouped by their probability (composition commutes)."""
+    most rounds one client joins) spends at most ``privacy.target_epsilon`` at ``privacy.delta`` under
+    ``privacy.accountant``: dp-accounting's Brent search (``calibrate_dp_mechanism``). The poisson rounds are
+    grouped by their probability (composition commutes)."""
+    kind, delta, target = cfg.accountant, cfg.delta, cfg.target_epsilon
     if sampling == "poisson":
         values, counts = np.unique([rounded(v) for v in q], return_counts=True)
 

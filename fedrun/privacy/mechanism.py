@@ -115,17 +115,29 @@ def layout(num_clients: int, rounds_done: int) -> dict[str, tuple[int, ...]]:
     return {"privacy/sigma": (), "privacy/clip": (), "privacy/q": (rounds_done,), "privacy/counts": (num_clients,)}
 
 
+@dataclasses.dataclass(frozen=True)
+class RunShape:
+    """What the mechanism reads of the run around it."""
+
+    algorithm: str  # algorithm.name (messages)
+    num_clients: int  # N
+    rounds: int  # T (run.rounds)
+    seed: int  # run.seed
+    asynchronous: bool  # asynchrony.enabled (refused: the accountant counts synchronous rounds)
+
+
 class Privacy:
     """The configured mechanism of a run (``privacy.mode`` central or local), built once per rank."""
 
-    def __init__(self, cfg: PrivacyConfig, algorithm: str, decl: Declaration, participation: Any, planner: Any,
-                 num_clients: int, rounds: int, seed: int, asynchronous: bool, world: World) -> None:
+    def __init__(self, cfg: PrivacyConfig, run: RunShape, decl: Declaration, participation: Any, planner: Any,
+                 world: World) -> None:
         from fedrun.privacy.accountant import Accountant, calibrate  # here: runs without privacy never load it
 
-        self.cfg, self.seed, self.world = cfg, seed, world
+        num_clients, rounds = run.num_clients, run.rounds
+        self.cfg, self.seed, self.world = cfg, run.seed, world
         self.names = [e.name for e in decl.up]
         self.central = cfg.mode == "central"
-        self._refuse(algorithm, decl, asynchronous, participation)
+        self._refuse(run.algorithm, decl, run.asynchronous, participation)
         self.sampling = participation.sampling if self.central else "none"
         self.participation = participation
         cohort = participation.max_active()
@@ -133,8 +145,7 @@ class Privacy:
         sigma = cfg.noise_multiplier
         if sigma is None:
             q, worst = plan(planner, self.sampling, rounds, num_clients)
-            sigma = calibrate(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, cfg.target_epsilon,
-                              q, worst)
+            sigma = calibrate(cfg, self.sampling, num_clients, cohort, q, worst)
         self.rounds, self.planner = rounds, planner
         self.state = PrivacyState(Accountant(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, sigma),
                                   cfg.clip)
