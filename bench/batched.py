@@ -78,7 +78,7 @@ class SyntheticBlock:
         sizes = torch.full((len(rows), self.steps), self.batch, device=self.index.device)
         batches = Batches(index=self.index[rows_t], mask=torch.ones_like(self.index[rows_t], dtype=torch.bool),
                           sizes=sizes, steps=np.full(len(rows), self.steps), x=self.x, y=self.y, slots=self.batch)
-        oracle, group = local_oracle(strategy, self.model, cross_entropy, batches, np.asarray(rows), 0, 0, False)
+        oracle, group = local_oracle(strategy, self.model, cross_entropy, batches)
         plan = LocalPlan(start=self.x0.expand(len(rows), -1))
         out = run_local(plan, oracle, sizes > 0, 0.05, LocalConfig(steps=self.steps, batch_size=self.batch),
                         group).x_end
@@ -90,8 +90,7 @@ class SyntheticBlock:
         """The last client alone against the same client first, in the middle and last of a chunk."""
         clients = self.index.shape[0]
         target = clients - 1
-        chunks = local_oracle("batched", self.model, cross_entropy, self._one(target), np.array([target]), 0, 0,
-                              False)[1]
+        chunks = local_oracle("batched", self.model, cross_entropy, self._one(target))[1]
         assert isinstance(chunks, Chunks)
         others = [c for c in range(clients) if c != target][:chunks.real - 1]
         alone = self.train("batched", [target])[0]

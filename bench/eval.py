@@ -97,8 +97,7 @@ def main() -> None:
     for _ in range(args.repeats):  # in turns, so that load on the machine hits both alike
         start = time.perf_counter()
         learner = setup.learner
-        evaluate_examples(learner.model, learner.loss_fn, x, ce.x, ce.y, setup.cfg.eval.batch_size,
-                          learner.classification)
+        evaluate_examples(learner.model, learner.loss_fn, x, ce.x, ce.y, setup.cfg.eval.batch_size)
         pooled = min(pooled, time.perf_counter() - start)
         per_client = min(per_client, time_client_eval(setup, state, world))
     world.close()

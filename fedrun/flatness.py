@@ -102,16 +102,15 @@ class SampleLoss:
         self.batch_size = batch_size
         model.module.eval()
 
-    def per_example(self, x: Tensor, classification: bool) -> Tensor:
+    def per_example(self, x: Tensor) -> Tensor:
         """[n, 2]: each example's loss and whether it is classified correctly, in fixed batches."""
-        out = evaluate_examples(self.model, self.loss_fn, x, self.inputs, self.targets, self.batch_size,
-                                classification)
+        out = evaluate_examples(self.model, self.loss_fn, x, self.inputs, self.targets, self.batch_size)
         self.model.module.eval()  # evaluate_examples leaves the module in training mode
         return out
 
     def value(self, x: Tensor) -> float:
         """L(x), the per-example losses summed in float64."""
-        return float(self.per_example(x, False)[:, 0].double().sum()) / len(self.targets)
+        return float(self.per_example(x)[:, 0].double().sum()) / len(self.targets)
 
     def hvp(self, x: Tensor, v: Tensor) -> Tensor:
         """H v in float64: jvp of grad of each chunk's summed loss, the chunks' products summed in float64."""
@@ -250,7 +249,7 @@ def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[flo
 
     train = SampleLoss(model, loss_fn, *tensors(*sample_examples(data, examples, seed)))
     test = SampleLoss(model, loss_fn, *tensors(data.task.x_test, data.task.y_test), cfg.eval.batch_size)
-    fit = train.per_example(x, classification).double().mean(dim=0)
+    fit = train.per_example(x).double().mean(dim=0)
     eig = top_eigenvalue(lambda v: train.hvp(x, v), len(x), max_hvps, seed)
     means, stds = loss_increase(train.value, x, model.shapes, rho, directions, seed)
     return Flatness(
@@ -259,7 +258,7 @@ def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[flo
         rho=[float(r) for r in rho], directions=directions,
         loss_increase=means, loss_increase_std=stds, train_loss=float(fit[0]),
         train_accuracy=float(fit[1]) if classification else None,
-        test_accuracy=float(test.per_example(x, True)[:, 1].double().mean()) if classification else None)
+        test_accuracy=float(test.per_example(x)[:, 1].double().mean()) if classification else None)
 
 
 def format_flatness(f: Flatness) -> str:

@@ -93,7 +93,7 @@ class Block:
         sizes = self.sizes[rows_t]
         batches = Batches(index=self.index[rows_t], mask=torch.arange(BATCH) < sizes[:, :, None], sizes=sizes,
                           steps=np.full(len(rows), STEPS), x=self.x, y=self.y, slots=BATCH)
-        oracle, group = local_oracle("batched", self.model, self.loss, batches, np.asarray(rows), 0, 0, False)
+        oracle, group = local_oracle("batched", self.model, self.loss, batches)
         plan, cfg = self.plan(rule, rows_t)
         return run_local(plan, oracle, sizes > 0, 0.05, cfg, group).x_end
 

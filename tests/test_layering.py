@@ -16,8 +16,6 @@ import ast
 import sys
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "fedrun"
 EXPERIMENTS = PACKAGE.parent / "experiments"
 GROUND_FLOOR = ("fedrun.errors",)
@@ -196,10 +194,6 @@ def wide_functions(package: Path = PACKAGE) -> dict[str, int]:
     return wide
 
 
-@pytest.mark.xfail(strict=False, reason="fedrun/training/ (local.py _run_rows, _solve; strategy.py time_strategies; "
-                   "gradients.py local_oracle, sequential_oracle; evaluate.py evaluate_examples), "
-                   "fedrun/checkpoint/writer.py and federation/snapshot.py are being reworked on their own "
-                   "branches (issue 34)")
 def test_few_functions_take_many_parameters():
     wide = wide_functions()
     assert len(wide) <= MAX_WIDE, (f"{len(wide)} functions take {WIDE} or more parameters (at most {MAX_WIDE}; "

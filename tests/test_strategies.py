@@ -17,7 +17,7 @@ from fedrun.errors import ConfigError
 from fedrun.models import build_model
 from fedrun.protocol import LocalPlan
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import local_oracle
+from fedrun.training.gradients import DropoutSeeds, local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.strategy import reproducible_strategy
 
@@ -85,8 +85,8 @@ def test_a_client_trains_to_the_same_bits_alone_or_with_others(strategy):
     def trained(rows: list[int]) -> torch.Tensor:
         rows = np.asarray(rows)
         batches = block.batches(rows, 0, 0, 4, 3, None, True)
-        oracle, group = local_oracle(strategy, learner.model, learner.loss_fn, batches, rows, 0, 0,
-                                     learner.random_model)
+        oracle, group = local_oracle(strategy, learner.model, learner.loss_fn, batches,
+                                     DropoutSeeds(rows, 0, 0) if learner.random_model else None)
         plan = LocalPlan(start=x0.expand(len(rows), -1))
         return run_local(plan, oracle, batches.sizes > 0, 0.05, setup.cfg.local, group).x_end
 

@@ -36,7 +36,7 @@ from fedrun.protocol import LocalPlan
 from fedrun.runtime.flat import reduce_to_root
 from fedrun.runtime.world import World
 from fedrun.training.evaluate import evaluate_examples
-from fedrun.training.gradients import local_oracle
+from fedrun.training.gradients import DropoutSeeds, local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.schedule import local_lr
 
@@ -120,7 +120,7 @@ class ClientEval:
             buf = torch.zeros(2 * (hi - lo) + (2 * n if personal and last else 0), dtype=torch.float64,
                               device=x.device)
             a_lo, a_hi, xs, ys = self.kept or self._share(lo, hi)
-            examples = evaluate_examples(model, loss_fn, x, xs, ys, self.cfg.eval.batch_size, self.classification)
+            examples = evaluate_examples(model, loss_fn, x, xs, ys, self.cfg.eval.batch_size)
             buf[:2 * (hi - lo)].view(hi - lo, 2)[a_lo - lo:a_hi - lo] = examples.to(torch.float64)
             if tuned is not None and last:
                 buf[2 * (hi - lo):].view(n, 2)[self.owned] = tuned
@@ -159,15 +159,14 @@ class ClientEval:
             if steps > 0:
                 batches = block.batches(rows, cfg.run.seed, FINETUNE_ROUNDS + t, cfg.local.batch_size, steps, None,
                                         cfg.local.shuffle)
-                oracle, group_size = local_oracle(strategy, model, loss_fn, batches, rows + block.first,
-                                                  cfg.run.seed, FINETUNE_ROUNDS + t, reseed=random_model)
+                seeds = DropoutSeeds(rows + block.first, cfg.run.seed, FINETUNE_ROUNDS + t) if random_model else None
+                oracle, group_size = local_oracle(strategy, model, loss_fn, batches, seeds)
                 local = run_local(LocalPlan(start=local), oracle, batches.sizes > 0, local_lr(cfg.local, t), cfg.local,
                                   group_size=group_size).x_end
             for j in range(len(rows)):
                 a, b = offsets[j], offsets[j + 1]
                 if a < b:
-                    res = evaluate_examples(model, loss_fn, local[j], own_x[a:b], own_y[a:b], cfg.eval.batch_size,
-                                            self.classification)
+                    res = evaluate_examples(model, loss_fn, local[j], own_x[a:b], own_y[a:b], cfg.eval.batch_size)
                     out[group + j] = res.to(torch.float64).sum(dim=0)
         return out
 

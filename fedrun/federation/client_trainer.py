@@ -32,7 +32,7 @@ from fedrun.privacy.mechanism import Privacy
 from fedrun.protocol import Clients, Declaration, LocalResult, RoundContext, Vector
 from fedrun.state.store import ClientStore
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import local_oracle
+from fedrun.training.gradients import DropoutSeeds, local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.losses import LossFn
 
@@ -76,8 +76,8 @@ class ClientTrainer:
         plan = algorithm.local_plan(start, client_state, clients, ctx)
         batches = block.batches(rows, self.seed, t, local_cfg.batch_size, local_cfg.steps, local_cfg.epochs,
                                 local_cfg.shuffle)
-        oracle, group_size = local_oracle(state.strategy, learner.model, learner.loss_fn, batches,
-                                          rows + block.first, self.seed, t, reseed=learner.random_model)
+        seeds = DropoutSeeds(rows + block.first, self.seed, t) if learner.random_model else None
+        oracle, group_size = local_oracle(state.strategy, learner.model, learner.loss_fn, batches, seeds)
         local: LocalResult = run_local(plan, oracle, batches.sizes > 0, ctx.lr, local_cfg, group_size=group_size)
         up, new_state = algorithm.client_finish(down, client_state, local, clients, ctx)
         if self.corruption is not None:  # the runtime corrupts the chosen clients' deltas; the algorithm never knows

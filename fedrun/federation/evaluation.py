@@ -56,7 +56,7 @@ class Evaluation:
         """Test loss (and accuracy) of model ``x`` on the pooled test set (see the module docstring)."""
         learner = self.learner
         examples = evaluate_examples(learner.model, learner.loss_fn, x, learner.test_x, learner.test_y,
-                                     self.eval.batch_size, learner.classification)
+                                     self.eval.batch_size)
         count = learner.num_test
         loss, correct = (float(v) for v in all_reduce_exact_sum(self.world, examples, max(count, 1)))
         out = {"test_loss": loss / count}

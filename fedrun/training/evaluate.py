@@ -11,11 +11,13 @@ from fedrun.training.losses import LossFn
 
 @torch.no_grad()
 def evaluate_examples(model: FlatModel, loss_fn: LossFn, x: Tensor, inputs: Tensor, targets: Tensor,
-                      batch_size: int, classification: bool) -> Tensor:
+                      batch_size: int) -> Tensor:
     """``[n, 2]``: the loss of model ``x`` on each example and whether it is classified correctly (0 for
-    regression), in batches of ``batch_size`` consecutive examples. A convolution's result for one
+    regression: float targets; class labels are integers), in batches of ``batch_size`` consecutive
+    examples. A convolution's result for one
     example can depend on the other examples of its batch (kernel choice by batch size), so callers fix
     the batches to make results reproducible."""
+    classification = not targets.is_floating_point()
     model.module.eval()
     out = torch.zeros(len(targets), 2, dtype=x.dtype, device=x.device)
     for start in range(0, len(targets), batch_size):

@@ -38,8 +38,19 @@ TAIL = 64  # elements of padding that end every chunk: more than a vectorized lo
 Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, rows, step) -> (g, loss)
 
 
+@dataclass(frozen=True)
+class DropoutSeeds:
+    """For a model that draws random numbers (dropout): the generator is re-seeded from (seed, round, client,
+    step) before every client's step, so that a client's draws never depend on who trains beside it.
+    ``client_ids``: the global ids of the block's rows."""
+
+    client_ids: np.ndarray
+    seed: int
+    round_: int
+
+
 def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
-                      client_ids: np.ndarray, seed: int, round_: int, reseed: bool) -> Oracle:
+                      seeds: DropoutSeeds | None = None) -> Oracle:
     sizes = batches.sizes.cpu().numpy()
 
     def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
@@ -52,8 +63,8 @@ def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
                 losses.append(x.new_zeros(()))
                 continue
             idx = batches.index[c, k, :b]
-            if reseed:
-                torch.manual_seed(int(hash_keys(seed, round_, client_ids[c], k) >> np.uint64(1)))
+            if seeds is not None:
+                torch.manual_seed(int(hash_keys(seeds.seed, seeds.round_, seeds.client_ids[c], k) >> np.uint64(1)))
             # index_select: the rows x[idx] copies, without advanced indexing's per-call set-up
             losses.append(model.gradient(x[j], batches.x.index_select(0, idx), batches.y.index_select(0, idx),
                                          loss_fn, out=g[j]))
@@ -138,10 +149,9 @@ def chunk_size(device: torch.device, dim: int) -> int:
 
 
 def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, batches: Batches,
-                 client_ids: np.ndarray, seed: int, round_: int, reseed: bool,
-                 ) -> tuple[Oracle, int | Chunks | None]:
-    """The oracle of ``strategy`` for these clients' ``batches`` of round ``round_``, and how the solver
-    groups rows for it (:func:`fedrun.training.local.run_local`)."""
+                 seeds: DropoutSeeds | None = None) -> tuple[Oracle, int | Chunks | None]:
+    """The oracle of ``strategy`` for these clients' ``batches``, and how the solver groups rows for it
+    (:func:`fedrun.training.local.run_local`); ``seeds`` for a model that draws random numbers."""
     if strategy == "vmap":
         return vmap_oracle(model, loss_fn, batches), None
     if strategy == "batched":
@@ -151,4 +161,4 @@ def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, batches: Batc
         model = FlatModel(model.module, channels_last=True)
     elif strategy != "sequential":
         raise ValueError(f"unknown local strategy {strategy!r}")
-    return sequential_oracle(model, loss_fn, batches, client_ids, seed, round_, reseed), 1
+    return sequential_oracle(model, loss_fn, batches, seeds), 1

@@ -25,8 +25,9 @@ exact selections, so that a client's arithmetic never depends on the clients gro
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -36,13 +37,41 @@ from fedrun.training.gradients import Chunks, Oracle
 from fedrun.training.sgd import SGD
 
 
+@dataclass
+class _Local:
+    """What every group of rows of one solve shares: the plan, its gradient oracle and optimizer, the
+    ``local`` section, and ``exact`` (every group takes the masked path with exact selections: batched)."""
+
+    plan: LocalPlan
+    oracle: Oracle
+    cfg: LocalConfig
+    optimizer: LocalOptimizer
+    exact: bool
+
+
+@dataclass
+class _Work:
+    """The solve's rows, updated in place group by group: the points, the sums of raw gradients and losses,
+    the optimizer state, and which rows skip a step (read once, not per group)."""
+
+    x: Tensor
+    grad_sum: Tensor
+    loss_sum: Tensor
+    state: dict[str, Tensor]
+    short: np.ndarray
+
+
 def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig,
               group_size: int | Chunks | None = None) -> LocalResult:
     """``step_active`` [C, K] bool: whether client c takes step k; ``group_size`` rows per oracle call (or
     the batched oracle's :class:`Chunks`). A plan without an optimizer takes SGD with ``local.momentum``."""
     if isinstance(group_size, Chunks):
         return _chunked(plan, oracle, step_active, lr, cfg, group_size)
-    return _solve(plan, oracle, step_active, lr, cfg, group_size or plan.start.shape[0], False)
+    return _solve(_local(plan, oracle, cfg, False), step_active, lr, group_size or plan.start.shape[0])
+
+
+def _local(plan: LocalPlan, oracle: Oracle, cfg: LocalConfig, exact: bool) -> _Local:
+    return _Local(plan, oracle, cfg, plan.optimizer or SGD(cfg.momentum if plan.move else 0.0), exact)
 
 
 def _chunked(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig,
@@ -53,42 +82,40 @@ def _chunked(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cf
     state = None if plan.optimizer_state is None else {k: v[source] for k, v in plan.optimizer_state.items()}
     correction = None if plan.correction is None else plan.correction[source]
     padded = replace(plan, start=plan.start[source], correction=correction, lr_scale=scale, optimizer_state=state)
-    out = _solve(padded, oracle, step_active[source] & live[:, None], lr, cfg, chunks.size, True)
+    out = _solve(_local(padded, oracle, cfg, True), step_active[source] & live[:, None], lr, chunks.size)
     return LocalResult(x_end=out.x_end[live], grad_mean=out.grad_mean[live], loss=out.loss[live],
                        optimizer_state={k: v[live] for k, v in out.optimizer_state.items()})
 
 
-def _solve(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig, group: int,
-           exact: bool) -> LocalResult:
-    """The solver on groups of ``group`` rows; ``exact``: every group takes the masked path with exact
-    selections, whatever its rows' steps (the batched strategy)."""
+def _solve(local: _Local, step_active: Tensor, lr: float, group: int) -> LocalResult:
+    """The solver on groups of ``group`` rows."""
+    plan = local.plan
     x = plan.start.clone()
     if plan.steps is not None:
         step_active = step_active[:, :plan.steps]
     num_clients = x.shape[0]
-    grad_sum = torch.zeros_like(x)
-    loss_sum = torch.zeros(num_clients, dtype=x.dtype, device=x.device)
     step = lr * plan.lr_scale
     if isinstance(step, Tensor):  # per-client scale [C]
         step = step.to(x.dtype).unsqueeze(1)
-    optimizer = plan.optimizer or SGD(cfg.momentum if plan.move else 0.0)
-    state = optimizer.init(x, plan.optimizer_state)
-    short = (~step_active.all(dim=1)).cpu().numpy()  # rows with an inactive step, read once (not per group)
+    work = _Work(x=x, grad_sum=torch.zeros_like(x),
+                 loss_sum=torch.zeros(num_clients, dtype=x.dtype, device=x.device),
+                 state=local.optimizer.init(x, plan.optimizer_state),
+                 short=(~step_active.all(dim=1)).cpu().numpy())
     for start in range(0, num_clients, group):
         rows = slice(start, min(num_clients, start + group))
-        _run_rows(rows, x, grad_sum, loss_sum, {k: v[rows] for k, v in state.items()}, plan,
-                  step[rows] if isinstance(step, Tensor) else step, step_active[rows], oracle, optimizer, cfg,
-                  exact, exact or bool(short[rows].any()))
+        _run_rows(local, work, rows, step[rows] if isinstance(step, Tensor) else step, step_active[rows])
     counts = step_active.sum(dim=1).clamp_min(1).to(x.dtype)
-    return LocalResult(x_end=x, grad_mean=grad_sum / counts.unsqueeze(1), loss=loss_sum / counts,
-                       optimizer_state=state)
+    return LocalResult(x_end=x, grad_mean=work.grad_sum / counts.unsqueeze(1), loss=work.loss_sum / counts,
+                       optimizer_state=work.state)
 
 
-def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state: dict[str, Tensor],
-              plan: LocalPlan, step: float | Tensor, active_steps: Tensor, oracle: Oracle,
-              optimizer: LocalOptimizer, cfg: LocalConfig, exact: bool, ragged: bool) -> None:
-    """The K steps of the clients ``rows``; ``ragged``: the masked path (a row skips a step, or ``exact``)."""
-    xs, gs, ls = x[rows], grad_sum[rows], loss_sum[rows]
+def _run_rows(local: _Local, work: _Work, rows: slice, step: float | Tensor, active_steps: Tensor) -> None:
+    """The K steps of the clients ``rows``; a group where a row skips a step (or any group, ``exact``) takes
+    the masked path."""
+    plan, cfg, oracle = local.plan, local.cfg, local.oracle
+    ragged = local.exact or bool(work.short[rows].any())
+    state = {k: v[rows] for k, v in work.state.items()}
+    xs, gs, ls = work.x[rows], work.grad_sum[rows], work.loss_sum[rows]
     correction = None if plan.correction is None else plan.correction[rows]
     anchor = plan.start[rows]
 
@@ -102,7 +129,7 @@ def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state:
         g, loss = oracle(xs, rows, k)
         if cfg.grad_clip > 0:
             g = _clip(g, cfg.grad_clip)
-        mask = active_steps[:, k].to(x.dtype).unsqueeze(1) if ragged else None
+        mask = active_steps[:, k].to(xs.dtype).unsqueeze(1) if ragged else None
         gs.add_(g * mask if ragged else g)
         ls.add_(loss * mask[:, 0] if ragged else loss)
         if not plan.move:
@@ -113,9 +140,9 @@ def _run_rows(rows: slice, x: Tensor, grad_sum: Tensor, loss_sum: Tensor, state:
             h = oracle(point, rows, k)[0]
             return processed(_clip(h, cfg.grad_clip) if cfg.grad_clip > 0 else h, point)
 
-        direction, new = optimizer.step(k, xs, u, state, grad_at)
+        direction, new = local.optimizer.step(k, xs, u, state, grad_at)
         for key, value in new.items():
-            _assign(state[key], value, mask, exact)
+            _assign(state[key], value, mask, local.exact)
         if ragged:
             direction = direction * mask
         if isinstance(step, Tensor):

@@ -86,29 +86,31 @@ def check_strategy(requested: str, model: FlatModel, block: ClientBlock, random_
                       "expected sequential, vmap or batched")
 
 
+TIMED_STEPS, TIMED_TURNS, TURN_BUDGET_S = 2, 3, 2.0  # local steps per timing, turns at most, seconds a turn
+
+
 def time_strategies(model: FlatModel, loss_fn: LossFn, block: ClientBlock, x0: torch.Tensor, cfg: LocalConfig,
-                    clients: int, seed: int, strategies: list[str], steps: int = 2, repeats: int = 3,
-                    budget_s: float = 2.0) -> dict[str, float]:
-    """Best seconds for ``steps`` local steps of ``clients`` block clients, per strategy (a strategy torch
-    cannot run on this model is left out). After one warm-up each, the strategies are timed in turns,
-    up to ``repeats`` turns while a turn takes less than ``budget_s``, so that a burst of load on a
+                    clients: int, seed: int, strategies: list[str]) -> dict[str, float]:
+    """Best seconds for ``TIMED_STEPS`` local steps of ``clients`` block clients, per strategy (a strategy
+    torch cannot run on this model is left out). After one warm-up each, the strategies are timed in turns,
+    up to ``TIMED_TURNS`` turns while a turn takes less than ``TURN_BUDGET_S``, so that a burst of load on a
     shared machine hits every strategy alike rather than deciding the choice. ``batched`` is not timed:
     vmap runs the same calls without its padding rows (``fastest`` is for trading exactness for speed)."""
     strategies = [name for name in strategies if name != "batched"]
     local = np.arange(min(block.num_clients, max(1, clients), MAX_TIMED_CLIENTS))
-    batches = block.batches(local, seed, 0, cfg.batch_size, steps, None, cfg.shuffle)
+    batches = block.batches(local, seed, 0, cfg.batch_size, TIMED_STEPS, None, cfg.shuffle)
     plan = LocalPlan(start=x0.expand(len(local), -1))
     active = batches.sizes > 0
     runs = {}
     for name in strategies:
-        oracle, group = local_oracle(name, model, loss_fn, batches, local + block.first, seed, 0, False)
+        oracle, group = local_oracle(name, model, loss_fn, batches)
         try:
             run_local(plan, oracle, active, 0.0, cfg, group)  # warm-up (vmap traces its batching rules)
         except (RuntimeError, NotImplementedError):  # a model torch.func cannot batch
             continue
         runs[name] = (oracle, group)
     timings = {name: float("inf") for name in runs}
-    for _ in range(repeats):
+    for _ in range(TIMED_TURNS):
         turn = time.perf_counter()
         for name, (oracle, group) in runs.items():
             start = time.perf_counter()
@@ -116,6 +118,6 @@ def time_strategies(model: FlatModel, loss_fn: LossFn, block: ClientBlock, x0: t
             if x0.is_cuda:
                 torch.cuda.synchronize()
             timings[name] = min(timings[name], time.perf_counter() - start)
-        if time.perf_counter() - turn > budget_s:
+        if time.perf_counter() - turn > TURN_BUDGET_S:
             break
     return timings
