@@ -94,9 +94,9 @@ def test_p_a5_first_local_step_blends_the_inherited_momentum():
 def test_p_a6_two_gradients_per_step_one_at_bootstrap():
     calls = []
     fed = federation(config("fafed", "local.steps=3", "local.lr=0.05"))
-    import fedrun.federation.rounds as loop
+    import fedrun.federation.client_trainer as trainer  # where the round's clients call the local solver
 
-    original = loop.run_local
+    original = trainer.run_local
 
     def counting(plan, oracle, step_active, lr, cfg, group_size=None):
         def counted(x, rows, k):
@@ -104,7 +104,7 @@ def test_p_a6_two_gradients_per_step_one_at_bootstrap():
             return oracle(x, rows, k)
         return original(plan, counted, step_active, lr, cfg, group_size)
 
-    loop.run_local = counting
+    trainer.run_local = counting
     try:
         fed.round(0)
         assert sum(calls) == N  # bootstrap: one gradient per client
@@ -112,7 +112,7 @@ def test_p_a6_two_gradients_per_step_one_at_bootstrap():
         fed.round(1)
         assert sum(calls) == N * 3 * 2
     finally:
-        loop.run_local = original
+        trainer.run_local = original
 
 
 def test_switches_run():
