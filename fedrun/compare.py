@@ -29,6 +29,7 @@ import yaml
 from fedrun.checkpoint import checkpoint_round, list_checkpoints
 from fedrun.checkpoint.chain import Chain
 from fedrun.errors import DataError
+from fedrun.metrics.log import flatten
 
 NAMING = ("run.dir", "run.name")  # config keys that differ between any two runs
 
@@ -103,19 +104,9 @@ def _config(run: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        return _flatten(yaml.safe_load(path.read_text()) or {})
+        return flatten(yaml.safe_load(path.read_text()) or {})
     except yaml.YAMLError as exc:
         raise DataError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
-
-
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
