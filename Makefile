@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 BIN := $(abspath $(VENV)/bin)
 RANKS ?= 2
 PYTEST_ARGS ?=
+# pytest-xdist workers; the tests of the one local Slurm cluster share a worker (tests/conftest.py)
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint venv clean
 
@@ -34,7 +36,7 @@ demo: venv
 		--config configs/quickstart.yaml --resume auto $(DEMO_ARGS)
 
 test: venv
-	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	PATH="$(BIN):$$PATH" OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .
