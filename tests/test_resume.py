@@ -45,9 +45,9 @@ STATEFUL = {
 @pytest.mark.parametrize("algorithm, seed", [(name, i) for i, name in enumerate(STATEFUL, start=1)])
 def test_sigkill_then_resume_is_bit_identical(tmp_path, algorithm, seed):
     extra = [f"run.seed={seed}", "checkpoint.every=1", *STATEFUL[algorithm]]
-    rounds = 80
+    rounds = 40
     run_ranks(2, train_args(tmp_path / "whole", rounds, extra))
-    cut = random.Random(seed).randrange(10, 50)
+    cut = random.Random(seed).randrange(5, 30)
     kill_after(train_args(tmp_path / "cut", rounds, extra), tmp_path / "cut", cut)
     assert final_state(tmp_path / "cut")["meta/round"] < rounds
     run_ranks(2, train_args(tmp_path / "cut", rounds, extra, resume=True))
