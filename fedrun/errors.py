@@ -162,8 +162,11 @@ def report(line: str) -> None:
     """Write one line to stderr in one write and flush it: lines of several ranks sharing the launcher's pipe
     never run together."""
     try:
-        # a library's message cut inside a UTF-8 sequence (gloo's) decodes to lone surrogates: dropped
-        sys.stderr.write(" ".join(line.split()).encode("utf-8", "ignore").decode("utf-8") + "\n")
+        # a library's message cut inside a UTF-8 sequence decodes to lone surrogates: dropped. Anything else
+        # beyond ASCII is written as a backslash escape: mpiexec.gforker cuts a line at its first non-ASCII
+        # byte, newline included (gloo's "GLHF! \U0001f596" lost the rest of the line and its end)
+        text = " ".join(line.split()).encode("utf-8", "ignore").decode("utf-8")
+        sys.stderr.write(text.encode("ascii", "backslashreplace").decode("ascii") + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):  # stderr closed: nothing left to tell
         pass

@@ -127,6 +127,25 @@ def test_a_killed_rank_ends_the_job_non_zero(tmp_path, launcher, dead):
         assert f"task {dead}: Killed" in err and f"task {1 - dead}: Exited with exit code 1" in err, err[-3000:]
 
 
+@pytest.mark.parametrize("dead", [0, 1])
+def test_a_rank_killed_during_a_checkpoint_ends_the_job_non_zero(tmp_path, dead):
+    """SIGKILL a rank while rank 0 writes a checkpoint (its temporary file is there): the ranks are then in the
+    checkpoint's control-plane collectives. Those went through MPI, whose shared-memory broadcast waited for the
+    dead rank forever, in C, where neither the survivor's collectives nor its signal handlers could end it:
+    gforker's job hung (seen 1 in 1 tries). Through gloo the survivor names the dead rank in seconds."""
+    proc, ranks = _start("gforker", tmp_path / "run")
+    deadline = time.monotonic() + 60
+    while not any((tmp_path / "run").glob(".ckpt_*.h5.tmp")):
+        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint write was seen"
+    os.kill(ranks[dead][0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0, (out[-1000:], err[-2000:])
+    assert not (tmp_path / "run" / "result.json").exists()
+    named = _named(err, dead, ranks[dead][1])
+    assert len(named) == 1 and _fedrun_lines(err) == named, err[-3000:]
+    assert "\ufffd" not in named[0], named  # gloo's message, cut inside a UTF-8 character, is not passed on cut
+
+
 def test_gforker_teardown_signal_names_a_dead_rank_0(tmp_path):
     """Rank 1 stopped while rank 0 dies: gforker's SIGINT and SIGQUIT wait until it continues, then reach it
     before its collective fails; the SIGQUIT handler names rank 0 and exits 1 (gforker counted a rank ended

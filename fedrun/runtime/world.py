@@ -68,12 +68,15 @@ class World:
         if self.size > 1:
             dist.barrier()
 
+    # The control plane goes through torch.distributed, never MPI, once the group exists: a gloo collective
+    # fails when a peer dies, while MPICH's shared-memory collectives wait for a dead rank forever, in C,
+    # where no signal handler runs (rank 0 SIGKILLed during a checkpoint's allgather hung its survivor, and
+    # mpiexec.gforker with it).
+
     def broadcast_object(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank (control plane only: small objects, rare calls)."""
         if self.size == 1:
             return obj
-        if self.comm is not None:
-            return self.comm.bcast(obj, root=0)
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
@@ -82,8 +85,6 @@ class World:
         """Every rank's ``obj``, in rank order (control plane only: small objects, rare calls)."""
         if self.size == 1:
             return [obj]
-        if self.comm is not None:
-            return self.comm.allgather(obj)
         out: list[Any] = [None] * self.size
         dist.all_gather_object(out, obj)
         return out
