@@ -34,9 +34,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def build(path: Path, clients: int, examples: int) -> None:
+def build(path: Path, clients: int, examples: int, libver: str) -> None:
     rng = np.random.default_rng(0)
-    with h5py.File(path, "w", libver="latest") as f:
+    with h5py.File(path, "w", libver=libver) as f:
         group = f.create_group("examples")
         for i in range(clients):
             g = group.create_group(f"{i:08d}")
@@ -83,19 +83,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=342_477)
     parser.add_argument("--examples", type=int, default=2)
+    parser.add_argument("--libver", choices=("earliest", "latest"), default="earliest",
+                        help="h5py's libver of the files (TensorFlow Federated's are earliest: h5py's default)")
     parser.add_argument("--dir", type=Path, help="build the files here if they are not, and keep them")
     parser.add_argument("--no-walk", action="store_true", help="skip the old high-level walk (minutes)")
     args = parser.parse_args()
     from fedrun.config import DataConfig, FederatedH5Config
     from fedrun.data.federated_h5 import FederatedH5
+    from fedrun.data.federated_h5_index import client_ids, index_clients
 
     root = args.dir or Path(tempfile.mkdtemp(prefix="fedrun_h5_bench_"))
-    train, test = root / f"train_{args.clients}x{args.examples}.h5", root / f"test_{args.clients}x{args.examples}.h5"
+    name = f"{args.clients}x{args.examples}{'_latest' if args.libver == 'latest' else ''}.h5"
+    train, test = root / f"train_{name}", root / f"test_{name}"
     try:
         t = time.perf_counter()
         if not test.exists():
             root.mkdir(parents=True, exist_ok=True)
-            build(root / ".building.h5", args.clients, args.examples)
+            build(root / ".building.h5", args.clients, args.examples, args.libver)
             shutil.copyfile(root / ".building.h5", test)  # another inode: indexed and cached on its own
             os.replace(root / ".building.h5", train)
         built = f"built in {time.perf_counter() - t:.1f} s" if args.dir is None or time.perf_counter() - t > 1 \
@@ -118,6 +122,14 @@ def main() -> None:
             print(f"fedrun start-up, {what}: {wall:.2f} s (CPU {cpu:.2f} s{target}); load {load()}", flush=True)
         shutil.rmtree(cache, ignore_errors=True)
         (cold, cold_cpu), (warm, _) = runs
+        for path in (train, test):
+            with h5py.File(path, "r") as f:
+                (ids, links), wall, cpu = timed(client_ids, f)
+                index, index_wall, index_cpu = timed(index_clients, f, str(path), ids, "tokens", "label", None, links)
+                links.close()
+            print(f"  {path.name}: clients enumerated in {wall:.2f} s (CPU {cpu:.2f} s), indexed from their headers in "
+                  f"{index_wall:.2f} s (CPU {index_cpu:.2f} s, {1e6 * index_cpu / len(ids):.1f} us per client; "
+                  f"{index.through_hdf5} through HDF5); load {load()}", flush=True)
         _, floor, floor_cpu = timed(lambda: hdf5_opens(train) + hdf5_opens(test))
         print(f"HDF5's floor, the 2 dataset opens per client and file alone: {floor:.1f} s (CPU {floor_cpu:.1f} s); "
               f"cold / floor = {cold / floor:.2f} (CPU {cold_cpu / floor_cpu:.2f}); load {load()}", flush=True)

@@ -24,7 +24,7 @@ import numpy as np
 from fedrun.config import DataConfig
 from fedrun.data.client_source import ClientSource, sample_clients
 from fedrun.data.dataset import TaskData
-from fedrun.data.federated_h5_index import cached_index, check_examples, read_bound
+from fedrun.data.federated_h5_index import cached_index, check_examples, client_ids, read_bound
 from fedrun.errors import DataError
 
 POOL_STREAM = 0x46483554  # "FH5T": the clients whose test examples form the pooled test set
@@ -63,12 +63,16 @@ class FederatedH5(ClientSource):
     def _start(self, num_clients: int, seed: int) -> None:
         """The client ids, every client indexed and checked once per file, kept in fedrun's cache
         (fedrun.data.federated_h5_index), and the pooled test set."""
-        self.ids = sorted(self.train["examples"].keys())
-        if len(self.ids) != num_clients:
-            raise DataError(f"data.num_clients={num_clients}: {self.cfg.train} has {len(self.ids)} clients; "
-                            f"expected data.num_clients={len(self.ids)}")
-        cfg = self.cfg
-        train = cached_index(self.train, cfg.train, self.ids, cfg.feature, cfg.label)
+        self.ids, links = client_ids(self.train)
+        try:
+            if len(self.ids) != num_clients:
+                raise DataError(f"data.num_clients={num_clients}: {self.cfg.train} has {len(self.ids)} clients; "
+                                f"expected data.num_clients={len(self.ids)}")
+            cfg = self.cfg
+            train = cached_index(self.train, cfg.train, self.ids, cfg.feature, cfg.label, links=links)
+        finally:
+            if links is not None:
+                links.close()
         test = cached_index(self.test, cfg.test, self.ids, cfg.feature, cfg.label, train.shape)
         self.num_examples, self.test_examples, self.shape = train.counts, test.counts, train.shape
         x_probe, y_probe = self.load(np.zeros(1, dtype=np.int64))
