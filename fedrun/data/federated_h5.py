@@ -7,11 +7,11 @@ A train and a test file (``data.federated_h5.train``, ``.test``), each holding o
 
 Clients are the train file's groups in sorted order of their ids (Python's string order: ``"10"`` before
 ``"9"``); client i's test examples are the test file's group of the same id (per-client evaluation).
-The start-up reads only metadata (every group's datasets, checked and bounded, in one pass per file:
-fedrun/data/federated_h5_index.py) and the labels (checked, for the number of classes); examples are read,
-and checked finite, when a client trains or is evaluated. Inputs become float32, ``[n, H, W]``
-images ``[n, 1, H, W]``. The pooled test set of the global evaluation is the test examples of a seeded
-sample of ``test_clients`` clients, in client order.
+The start-up reads only metadata (every group's datasets, checked and bounded, in one pass per file, from the
+file's bytes where it can: fedrun/data/federated_h5_index.py) and the labels (checked, for the number of
+classes); examples are read, and checked finite, when a client trains or is evaluated. Inputs become
+float32, ``[n, H, W]`` images ``[n, 1, H, W]``. The pooled test set of the global evaluation is the test
+examples of a seeded sample of ``test_clients`` clients, in client order.
 """
 
 from __future__ import annotations

@@ -6,23 +6,30 @@ silently wrong), NaN pixels surfaced as a "non-finite update" (status 3), string
 shapes, a scalar feature and a soft-link loop were tracebacks, a dataset declaring 1e12 rows asked for
 7 TiB, and gzip bombs (gigabytes of zeros in kilobytes) grew without a message. So:
 
-* :func:`index_clients` visits every client once with h5py's low-level calls (no per-client high-level
-  objects; each client's two datasets opened by path, no group object) and checks the metadata:
-  the group and both datasets open (a soft-link loop does not), the feature is ``[n, ...]`` of real numbers
-  with one per-example shape in every client (and, by the caller, in train and test), the label is ``[n]``
-  (or ``[n, 1]``) integers, n >= 1, and every dataset's declared size, and its chunk's, is at most
-  :data:`MAX_READ_BYTES` before a byte is read (data stored contiguously has no chunks: its creation
-  properties, a costly HDF5 call, are not read). Then it reads the labels (bounded) and checks
-  ``0 <= label < MAX_CLASSES`` on blocks of clients at once (:class:`_LabelRanges`).
+* :func:`index_clients` visits every client once and checks the metadata: the group and both datasets open (a
+  soft-link loop does not), the feature is ``[n, ...]`` of real numbers with one per-example shape in every client
+  (and, by the caller, in train and test), the label is ``[n]`` (or ``[n, 1]``) integers, n >= 1, and every
+  dataset's declared size, and its chunk's, is at most :data:`MAX_READ_BYTES` before a byte is read. Then it
+  reads the labels (bounded) and checks ``0 <= label < MAX_CLASSES`` on blocks of clients at once
+  (:class:`_LabelRanges`).
+
+  HDF5's own open of a dataset costs about 0.15 ms (it reads the object header, builds caches and property
+  lists): through HDF5 (:func:`_by_hdf5`: h5py's low-level calls, each client's two datasets opened by path)
+  indexing cost 0.39 ms of CPU per client and file, 248 s for the two files of 342,477 clients, when the target
+  is a 30 s start. So a client's group and datasets are read from the file's bytes instead
+  (fedrun/data/hdf5_headers.py), and since h5py writes every client alike, one client's parse is applied to a
+  block of :data:`_BLOCK` clients at once with numpy (fedrun/data/hdf5_templates.py, :func:`_templated`), the
+  labels gathered from the mapped file in one go: about 6 us of CPU per client and file. The clients are listed
+  once (:func:`client_links`: the ``examples`` group's links with their objects' addresses, which also give the
+  sorted ids). A client that no template matches is parsed alone (:func:`_from_headers`); a client whose headers
+  are not fully understood (chunked, compressed, external or virtual storage, data never written, soft links,
+  other types, uint64 labels, a checksum that does not match, anything odd) or that fails a check goes through HDF5
+  (:func:`_by_hdf5`), which gives the line: the headers never refuse a file themselves, so every message is
+  HDF5's path's. :attr:`ClientIndex.through_hdf5` counts those clients.
 * :func:`cached_index` keeps what :func:`index_clients` learnt of a file (counts, shape, largest label) in
   fedrun's cache directory (``$XDG_CACHE_HOME/fedrun``, else ``~/.cache/fedrun``), keyed by the file's real
   path, size, modification time and inode and the feature and label names: a file is indexed once, and a
-  changed file again. Indexing costs about 0.39 ms of CPU per client and file (0.78 ms before the calls above
-  were cut; 20,000 tiny clients, a load of about 9 on 2 cores). Of that, HDF5's own opens of the two datasets
-  (each reads the dataset's object header) take about 0.15 ms, which no index that checks what each dataset
-  declares can avoid through HDF5: 125 s of CPU for the two files of 342,477 clients (bench/federated_h5_index.py;
-  the whole cold start 248 s), four times the 30 s target by itself. So the first start at that size takes
-  minutes, once; later starts read the cache (13 s there).
+  changed file again (the cold start at 342,477 clients is measured in bench/federated_h5_index.py).
 * :func:`check_examples` checks examples as they are read (a client for training or evaluation, the pooled
   test set): finite float32 inputs. The bound holds for every read, so memory stays bounded whatever the
   file declares: HDF5 never decompresses more than a dataset's declared shape (a chunk's, for one chunk).
@@ -42,7 +49,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from fedrun.data.hdf5_headers import DatasetHeader, HDF5Headers, NotUnderstood
+from fedrun.data.hdf5_headers import DatasetHeader, NotUnderstood
+from fedrun.data.hdf5_templates import HDF5Templates
 from fedrun.data.validate import MAX_CLASSES
 from fedrun.errors import DataError
 
@@ -186,7 +194,7 @@ class ClientLinks:
     """The ``examples`` group of a file, enumerated once: each client id's group, as the address of its object
     header (None: not a hard link), and the file's headers (fedrun/data/hdf5_headers.py) to read them."""
 
-    headers: HDF5Headers
+    headers: HDF5Templates
     groups: dict[str, int | None]
 
     def close(self) -> None:
@@ -198,7 +206,7 @@ def client_links(f: h5py.File) -> ClientLinks | None:
     storage (a fractal heap, as ``libver="latest"`` keeps more than 8 links), HDF5's one iteration over its
     links; None when the file is not one :class:`~fedrun.data.hdf5_headers.HDF5Headers` understands."""
     try:
-        headers = HDF5Headers(f.filename)
+        headers = HDF5Templates(f.filename)
     except NotUnderstood:
         return None
     try:

@@ -23,8 +23,9 @@ end of the file, a bad signature, a loop of continuation chunks or B-tree nodes)
 read out of bounds (every address is checked against the file's size) and never raises anything else.
 Version 2 headers carry a checksum (Bob Jenkins' lookup3, as ``H5_checksum_lookup3``); HDF5 refuses a header
 whose checksum does not match, so must a reader of the same bytes: the spans parsed are collected in
-:attr:`HDF5Headers.spans` and checked many at a time with numpy (:func:`lookup3`), since the hash in plain
-Python costs more than the parse.
+:attr:`HDF5Headers.spans` and checked many at a time with numpy (fedrun/data/hdf5_checksum.py), since the hash in
+plain Python costs more than the parse. Each parse also records which bytes it read as values, so that
+fedrun/data/hdf5_templates.py can apply it to many objects at once.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
+
+from fedrun.data.hdf5_checksum import checksums_match
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 UNDEFINED = (1 << 64) - 1
@@ -64,10 +67,11 @@ class DatasetHeader:
     nbytes: int
 
 
-class _Record:
-    """One stretch of bytes of a parse (``length`` bytes at file offset ``start``), as a step of a :class:`Template`:
-    the bytes ``free`` may differ from file to file (values read, times, the checksum); ``fields`` are the offsets
-    of the 8-byte values read (an address, a size, a dimension), numbered in order across a template's records."""
+class Record:
+    """One stretch of bytes of a parse (``length`` bytes at file offset ``start``), as a step of a template
+    (fedrun/data/hdf5_templates.py): the bytes ``free`` may differ from object to object (values read, times, the
+    checksum); ``fields`` are the offsets of the 8-byte values read (an address, a size, a dimension), numbered in
+    order across a template's records."""
 
     def __init__(self, start: int, length: int, checksum: bool = False) -> None:
         self.start, self.length, self.checksum = start, length, checksum
@@ -83,68 +87,6 @@ class _Record:
         self.free(at, 8)
         self.fields.append(at - self.start)
         return at - self.start
-
-
-@dataclass
-class Template:
-    """A parse done once, applied to many objects at once (:meth:`HDF5Headers.match`): an object matches when
-    each record's bytes equal the template's except the free ones, so it parses the same with other values.
-    ``outputs``: the numbers of the fields the caller wants (a group's members); ``dataset``: for a dataset's
-    template, its parse (dtype and rank; the shape, data address and size are fields)."""
-
-    records: list[_Record]
-    fixed: list[np.ndarray]
-    outputs: tuple[int, ...] = ()
-    dataset: DatasetHeader | None = None
-
-
-def _rot(x: np.ndarray, k: int) -> np.ndarray:
-    return (x << np.uint32(k)) | (x >> np.uint32(32 - k))
-
-
-def lookup3(rows: np.ndarray, length: int) -> np.ndarray:
-    """Bob Jenkins' lookup3 ``hashlittle`` (initial value 0), HDF5's metadata checksum, of each row of ``rows``
-    ([N, 12 * ceil(length / 12)] uint8: ``length`` bytes, then zeros): N uint32 hashes. The last block's missing
-    bytes are zeros, which is what the byte-wise switch of the C code adds."""
-    a = b = c = np.full(len(rows), (0xDEADBEEF + length) & 0xFFFFFFFF, dtype=np.uint32)
-    if length == 0:
-        return c
-    words = np.ascontiguousarray(rows).view("<u4").astype(np.uint32)
-    blocks = words.shape[1] // 3
-    with np.errstate(over="ignore"):
-        for i in range(blocks):
-            a, b, c = a + words[:, 3 * i], b + words[:, 3 * i + 1], c + words[:, 3 * i + 2]
-            if i < blocks - 1:  # mix
-                a = (a - c) ^ _rot(c, 4)
-                c = c + b
-                b = (b - a) ^ _rot(a, 6)
-                a = a + c
-                c = (c - b) ^ _rot(b, 8)
-                b = b + a
-                a = (a - c) ^ _rot(c, 16)
-                c = c + b
-                b = (b - a) ^ _rot(a, 19)
-                a = a + c
-                c = (c - b) ^ _rot(b, 4)
-                b = b + a
-        # final
-        c = (c ^ b) - _rot(b, 14)
-        a = (a ^ c) - _rot(c, 11)
-        b = (b ^ a) - _rot(a, 25)
-        c = (c ^ b) - _rot(b, 16)
-        a = (a ^ c) - _rot(c, 4)
-        b = (b ^ a) - _rot(a, 14)
-        c = (c ^ b) - _rot(b, 24)
-    return c
-
-
-def _checksums_match(rows: np.ndarray) -> np.ndarray:
-    """Whether each row of ``rows`` ([N, L + 4] uint8) ends with the lookup3 checksum of its first L bytes."""
-    length = rows.shape[1] - 4
-    padded = np.zeros((len(rows), 12 * -(-length // 12)), dtype=np.uint8)
-    padded[:, :length] = rows[:, :length]
-    stored = np.ascontiguousarray(rows[:, length:]).view("<u4")[:, 0]
-    return lookup3(padded, length) == stored
 
 
 class HDF5Headers:
@@ -165,10 +107,11 @@ class HDF5Headers:
         self._types: dict[bytes, np.dtype] = {}
         try:
             self.base, self.root = self._superblock()
-        except (struct.error, IndexError, ValueError) as exc:
+            if not self.verify().all():
+                raise NotUnderstood("superblock checksum")
+        except (NotUnderstood, struct.error, IndexError, ValueError) as exc:
+            self.close()
             raise NotUnderstood(f"superblock ({exc})") from None
-        if not self.verify().all():
-            raise NotUnderstood("superblock checksum")
 
     def close(self) -> None:
         """Unmap the file (arrays still viewing it keep it mapped until they go)."""
@@ -201,6 +144,8 @@ class HDF5Headers:
         elif version in (2, 3):
             if (mm[at + 9], mm[at + 10]) != (8, 8):
                 raise NotUnderstood("offsets or lengths not of 8 bytes")
+            if at + 48 > self.size:
+                raise NotUnderstood("superblock cut short")
             base, root = _U64.unpack_from(mm, at + 12)[0], _U64.unpack_from(mm, at + 36)[0]
             self.spans.append((at, 44))
         else:
@@ -220,7 +165,7 @@ class HDF5Headers:
         table = np.array(spans, dtype=np.int64)
         for length in np.unique(table[:, 1]):
             rows = np.flatnonzero(table[:, 1] == length)
-            ok[rows] = _checksums_match(self.bytes[table[rows, 0][:, None] + np.arange(int(length) + 4)])
+            ok[rows] = checksums_match(self.bytes[table[rows, 0][:, None] + np.arange(int(length) + 4)])
         return ok
 
     # -- object headers -----------------------------------------------------------------------------------------
@@ -232,8 +177,8 @@ class HDF5Headers:
         except (struct.error, IndexError) as exc:
             raise NotUnderstood(f"object header at {address} ({exc})") from None
 
-    def _messages(self, address: int) -> tuple[list[tuple[int, int, int, int]], _Record | None]:
-        """:meth:`messages`, and the header as a record of a :class:`Template` (None: it has continuation
+    def _messages(self, address: int) -> tuple[list[tuple[int, int, int, int]], Record | None]:
+        """:meth:`messages`, and the header as a record of a template (None: it has continuation
         chunks, elsewhere in the file)."""
         mm = self._mm
         at = self._at(address, 16)
@@ -241,7 +186,7 @@ class HDF5Headers:
         if mm[at] == 1:  # version 1: version, reserved, messages (2), references (4), header size (4), padding
             v2, tracked, size = False, 0, _U32.unpack_from(mm, at + 8)[0]
             chunks = [(at + 16, self._at(address + 16, size) + size)]
-            record = _Record(at, 16 + size)
+            record = Record(at, 16 + size)
         elif mm[at:at + 5] == b"OHDR\x02":
             v2, flags = True, mm[at + 5]
             start = at + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
@@ -252,7 +197,7 @@ class HDF5Headers:
             self.spans.append((at, end - at))
             chunks = [(begin, end)]
             tracked = 2 if flags & 0x04 else 0
-            record = _Record(at, end + 4 - at, checksum=True)
+            record = Record(at, end + 4 - at, checksum=True)
             if flags & 0x20:  # access, modification, change and birth times
                 record.free(at + 6, 16)
         else:
@@ -399,14 +344,14 @@ class HDF5Headers:
         except (struct.error, IndexError, ValueError, TypeError) as exc:
             raise NotUnderstood(f"dataset at {address} ({exc})") from None
 
-    def _dataset(self, address: int) -> tuple[DatasetHeader, _Record | None]:
+    def _dataset(self, address: int) -> tuple[DatasetHeader, Record | None]:
         """:meth:`dataset`, and its header as a record whose fields are the dimensions and, for contiguous
         storage, the data's address and size (None: a header with continuation chunks)."""
         mm = self._mm
         shape = dtype = data = None
         nbytes = 0
         messages, record = self._messages(address)
-        scratch = record or _Record(0, 0)
+        scratch = record or Record(0, 0)
         for kind, _, pos, length in messages:
             if kind == 0x0001:
                 shape, first = self._dataspace(pos, length)
@@ -474,128 +419,3 @@ class HDF5Headers:
     def read(self, dataset: DatasetHeader) -> np.ndarray:
         """The dataset's values as stored (a view of the mapped file; copy before the file is closed)."""
         return self.bytes[dataset.data:dataset.data + dataset.nbytes].view(dataset.dtype).reshape(dataset.shape)
-
-    # -- templates: one parse applied to many objects with numpy ------------------------------------------------
-    def dataset_template(self, address: int) -> Template:
-        """The dataset at ``address`` as a :class:`Template` (fields: its dimensions, then for contiguous storage
-        the data's address and size)."""
-        try:
-            dataset, record = self._dataset(address)
-        except (struct.error, IndexError, ValueError, TypeError) as exc:
-            raise NotUnderstood(f"dataset at {address} ({exc})") from None
-        if record is None:
-            raise NotUnderstood(f"the header at {address} has continuation chunks")
-        return self._template([record], (), dataset)
-
-    def group_template(self, address: int, names: tuple[str, ...]) -> Template:
-        """The group at ``address`` as a :class:`Template` whose outputs are the header addresses of its hard links
-        ``names``: link messages in its header, or a symbol table of one B-tree node, one "SNOD" and its heap."""
-        try:
-            links = self._links(address)
-            if links is None or any(links.get(name) is None for name in names):
-                raise NotUnderstood(f"not all of {names} are hard links of the group at {address}")
-            messages, header = self._messages(address)
-            if header is None:
-                raise NotUnderstood(f"the header at {address} has continuation chunks")
-            tables = [data for kind, _, data, _ in messages if kind == 0x0011]
-            if not tables:  # link messages: each link's address a field
-                fields = {}
-                for kind, _, data, length in messages:
-                    if kind == 0x0006:
-                        name, _, at = self._link_at(data, length)
-                        if at is not None:
-                            fields[name] = len(header.fields)
-                            header.field(at)
-                return self._template([header], tuple(fields[name] for name in names))
-            return self._table_template(header, tables[0], links, names)
-        except (struct.error, IndexError, ValueError) as exc:
-            raise NotUnderstood(f"group at {address} ({exc})") from None
-
-    def _table_template(self, header: _Record, table: int, links: dict[str, int | None],
-                        names: tuple[str, ...]) -> Template:
-        """Records of a symbol-table group: header (fields 0, 1: B-tree, heap), B-tree node of one child (field 2:
-        the "SNOD"), the SNOD (fields 3...: each entry's header address), the heap (its data's address), its data."""
-        mm = self._mm
-        header.field(table)
-        header.field(table + 8)
-        btree, heap = _U64.unpack_from(mm, table)[0], _U64.unpack_from(mm, table + 8)[0]
-        at = self._at(btree, 24)
-        if mm[at + 5] != 0 or _U16.unpack_from(mm, at + 6)[0] != 1:
-            raise NotUnderstood("a group B-tree of more than one node")
-        node = _Record(at, 48)
-        node.source = 0
-        node.field(at + 32)
-        snod = self._at(_U64.unpack_from(mm, at + 32)[0], 8)
-        count = _U16.unpack_from(mm, snod + 6)[0]
-        symbols = _Record(snod, 8 + 40 * count)
-        symbols.source = 2
-        for entry in range(count):
-            symbols.field(snod + 8 + 40 * entry + 8)
-        at = self._at(heap, 32)
-        size = _U64.unpack_from(mm, at + 8)[0]
-        local = _Record(at, 32)
-        local.source = 1
-        local.field(at + 24)
-        data = _Record(self._at(_U64.unpack_from(mm, at + 24)[0], size), size)
-        data.source = 3 + count
-        targets = [_U64.unpack_from(mm, snod + 8 + 40 * entry + 8)[0] for entry in range(count)]
-        outputs = tuple(3 + targets.index(links[name]) for name in names)
-        return self._template([header, node, symbols, local, data], outputs)
-
-    def _template(self, records: list[_Record], outputs: tuple[int, ...],
-                  dataset: DatasetHeader | None = None) -> Template:
-        return Template(records, [self.bytes[r.start:r.start + r.length].copy() for r in records], outputs, dataset)
-
-    def match(self, template: Template, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Which objects at ``addresses`` (uint64, relative to the base) parse as ``template`` does, and their fields
-        ([N, fields] uint64; rows that do not match hold anything). Every record's bytes are checked inside the
-        file before they are compared; version 2 headers' checksums are checked too."""
-        ok = np.ones(len(addresses), dtype=bool)
-        fields: list[np.ndarray] = []
-        limit = self.size - self.base
-        for record, fixed in zip(template.records, template.fixed, strict=True):
-            at = addresses if record.source < 0 else fields[record.source]
-            if record.length > limit:
-                return np.zeros(len(addresses), dtype=bool), np.zeros((len(addresses), 0), dtype=np.uint64)
-            ok &= at <= np.uint64(limit - record.length)
-            start = np.where(ok, at, 0).astype(np.int64) + self.base
-            rows = self.bytes[start[:, None] + np.arange(record.length)]
-            free = np.zeros(record.length, dtype=bool)
-            for offset, length in record.freed:
-                free[offset:offset + length] = True
-            ok &= ((rows == fixed) | free).all(axis=1)
-            if record.checksum:
-                ok &= _checksums_match(rows)
-            fields.extend(np.ascontiguousarray(rows[:, at:at + 8]).view("<u8")[:, 0] for at in record.fields)
-        empty = np.zeros((len(addresses), 0), dtype=np.uint64)
-        return ok, (np.stack(fields, axis=1) if fields else empty)
-
-    def datasets(self, template: Template, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The datasets at ``addresses`` that parse as dataset ``template``: which do, their shapes ([N, rank] int64)
-        and their data's file offsets (compact or contiguous; each ``dtype.itemsize * prod(shape)`` bytes, inside
-        the file)."""
-        dataset = template.dataset
-        ok, fields = self.match(template, addresses)
-        rank = len(dataset.shape)
-        dims = fields[:, :rank]
-        ok &= (dims < np.uint64(1 << 40)).all(axis=1)
-        shapes = np.where(ok[:, None], dims, 0).astype(np.int64)
-        nbytes = dataset.dtype.itemsize * np.prod(shapes.astype(np.float64), axis=1)  # exact where it matters
-        if fields.shape[1] > rank:  # contiguous: address, size
-            where, size = fields[:, rank], fields[:, rank + 1]
-            limit = np.uint64(self.size - self.base)
-            ok &= (where <= limit) & (size <= limit - np.minimum(where, limit)) & (size.astype(np.float64) == nbytes)
-            data = np.where(ok, where, 0).astype(np.int64) + self.base
-        else:  # compact: the data where the template's is in its header
-            ok &= nbytes == dataset.nbytes
-            data = addresses.astype(np.int64) + self.base + (dataset.data - template.records[0].start)
-        return ok, shapes, data
-
-    def gather(self, dtype: np.dtype, data: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """The values of many datasets of one ``dtype``, ``counts[i]`` elements at file offset ``data[i]`` each
-        (checked inside the file by :meth:`datasets`), one after the other as int64."""
-        sizes = counts * dtype.itemsize
-        total = int(sizes.sum())
-        starts = np.repeat(data - np.cumsum(sizes) + sizes, sizes)
-        raw = self.bytes[starts + np.arange(total)]
-        return raw.view(dtype).astype(np.int64)
