@@ -108,17 +108,22 @@ def test_the_headers_index_equals_hdf5s(tmp_path, monkeypatch, libver, clients, 
     assert (fast.counts.tolist(), fast.top) == (slow.counts.tolist(), slow.top)
 
 
+def _pair(d, libver: str) -> None:
+    """tests/test_scale_data.py's pair of files, written with h5py's ``libver``."""
+    tff_pair(d)
+    for split in ("train", "test"):
+        with h5py.File(d / f"{split}.h5", "r") as f:
+            data = {cid: (g["pixels"][()], g["label"][()]) for cid, g in f["examples"].items()}
+        with h5py.File(d / f"{split}.h5", "w", libver=libver) as f:
+            for cid, (x, y) in data.items():
+                f[f"examples/{cid}/pixels"], f[f"examples/{cid}/label"] = x, y
+
+
 @pytest.mark.parametrize("libver", ["earliest", "latest"])
 def test_a_run_reads_every_client_from_its_headers(tmp_path, monkeypatch, libver):
     """A whole run's start-up (fedrun/data/federated_h5.py) sends no client of a plain pair through HDF5, and parses
     one client alone (the train file's first, which sets the shape): the others match its templates."""
-    tff_pair(tmp_path)
-    for split in ("train", "test"):  # rewritten with the libver under test
-        with h5py.File(tmp_path / f"{split}.h5", "r") as f:
-            data = {cid: (g["pixels"][()], g["label"][()]) for cid, g in f["examples"].items()}
-        with h5py.File(tmp_path / f"{split}.h5", "w", libver=libver) as f:
-            for cid, (x, y) in data.items():
-                f[f"examples/{cid}/pixels"], f[f"examples/{cid}/label"] = x, y
+    _pair(tmp_path, libver)
     indexes, alone = [], []
     real, one_by_one = federated_h5_index.index_clients, federated_h5_index._from_headers
     monkeypatch.setattr(federated_h5_index, "_from_headers", lambda links, cids, *a: alone.extend(cids)
@@ -193,11 +198,13 @@ def test_damaged_headers_are_not_understood_or_read_in_bounds(tmp_path, libver):
     assert read > 0
 
 
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])
-def test_a_damaged_file_is_one_line(tmp_path, damage):
-    """A train file cut short, or with a bit flipped in a client's label header: one line naming the file,
-    status 2, no traceback (HDF5's path gives the line where the headers are not understood)."""
-    tff_pair(tmp_path)
+def test_a_damaged_file_is_one_line(tmp_path, damage, libver):
+    """A train file cut short, or a client's label header declaring 1e12 labels (in a version 2 header, its
+    checksum no longer matches): one line naming the file, status 2, no traceback (HDF5's path gives the line
+    where the headers are not understood)."""
+    _pair(tmp_path, libver)
     train = tmp_path / "train.h5"
     data = train.read_bytes()
     if damage == "truncated":
@@ -208,7 +215,8 @@ def test_a_damaged_file_is_one_line(tmp_path, damage):
         headers = HDF5Headers(str(train))
         space = next(pos for kind, _, pos, _ in headers.messages(address) if kind == 0x0001)
         headers.close()
-        train.write_bytes(data[:space + 8] + (10**12).to_bytes(8, "little") + data[space + 16:])
+        first = space + (8 if data[space] == 1 else 4)  # the first dimension, in dataspace versions 1 and 2
+        train.write_bytes(data[:first] + (10**12).to_bytes(8, "little") + data[first + 8:])
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = main(["train", "--quiet", f"run.dir={tmp_path / 'run'}", *h5_settings(tmp_path)])
