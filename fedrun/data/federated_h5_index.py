@@ -43,6 +43,7 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,7 @@ import h5py
 import numpy as np
 
 from fedrun.data.hdf5_headers import DatasetHeader, NotUnderstood
-from fedrun.data.hdf5_templates import HDF5Templates
+from fedrun.data.hdf5_templates import HDF5Templates, Template
 from fedrun.data.validate import MAX_CLASSES
 from fedrun.errors import DataError
 
@@ -231,7 +232,7 @@ def client_ids(f: h5py.File) -> tuple[list[str], ClientLinks | None]:
     return sorted(links.groups if links is not None else f["examples"].keys()), links
 
 
-_BLOCK = 4096  # clients parsed between two checksum checks (fedrun/data/hdf5_headers.py)
+_BLOCK = 4096  # clients indexed at once: templates matched, checksums checked, labels gathered
 
 
 def _from_headers(links: ClientLinks, cids: list[str], feature: str,
@@ -265,8 +266,9 @@ def _passes(x: DatasetHeader, y: DatasetHeader, shape: tuple[int, ...] | None) -
 _TEMPLATES = 4  # templates tried per block and step before the clients left are parsed one by one
 
 
-def _by_templates(build, apply, addresses: np.ndarray, rows: np.ndarray):
-    """Apply templates (fedrun/data/hdf5_headers.py) to the objects at ``addresses[rows]``, each built from the
+def _by_templates(build: Callable[[int], Template], apply: Callable[..., tuple[np.ndarray, ...]],
+                  addresses: np.ndarray, rows: np.ndarray) -> Iterator[tuple[Template, np.ndarray, list[np.ndarray]]]:
+    """Apply templates (fedrun/data/hdf5_templates.py) to the objects at ``addresses[rows]``, each built from the
     first object no template matched yet: yields (template, rows matched, ``apply``'s values for them)."""
     for _ in range(_TEMPLATES):
         if not len(rows):
@@ -286,10 +288,9 @@ def _templated(links: ClientLinks, cids: list[str], feature: str, label: str, sh
     """The clients ``cids`` whose group and datasets match a template and pass every check of :func:`_passes`
     (vectorised), their counts written into ``counts`` and labels given to ``ranges``: which they are."""
     h = links.headers
-    addresses = np.array([links.groups.get(cid) for cid in cids], dtype=object)
-    known = np.flatnonzero(addresses != None)  # noqa: E711 (elementwise)
-    groups = np.zeros(len(cids), dtype=np.uint64)
-    groups[known] = addresses[known].astype(np.uint64)
+    found = [links.groups.get(cid) for cid in cids]  # None: no hard link of that name
+    known = np.array([i for i, address in enumerate(found) if address is not None], dtype=np.int64)
+    groups = np.array([0 if address is None else address for address in found], dtype=np.uint64)
     members = np.zeros((len(cids), 2), dtype=np.uint64)
     grouped = np.zeros(len(cids), dtype=bool)
     for template, rows, (fields,) in _by_templates(lambda a: h.group_template(a, (feature, label)), h.match, groups,
