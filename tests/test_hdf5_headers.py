@@ -108,6 +108,24 @@ def test_the_headers_index_equals_hdf5s(tmp_path, monkeypatch, libver, clients, 
     assert (fast.counts.tolist(), fast.top) == (slow.counts.tolist(), slow.top)
 
 
+def test_labels_are_gathered_in_bounded_parts(tmp_path, monkeypatch):
+    """With the labels held at once bounded to 3 (not 2^20), a block of clients of 1-4 labels is gathered in parts
+    (a client of 4 alone), and the index is still HDF5's, every client from its headers."""
+    monkeypatch.setattr(federated_h5_index, "_LABEL_BLOCK", 3)
+    parts = []
+    real = federated_h5_index._parts
+    monkeypatch.setattr(federated_h5_index, "_parts", lambda sizes, limit: parts.extend(
+        [sizes[p].tolist() for p in real(sizes, limit)]) or real(sizes, limit))
+    path = tmp_path / "train.h5"
+    with h5py.File(path, "w") as f:
+        for i in range(12):
+            f[f"examples/c{i:02d}/pixels"] = np.zeros((1 + i % 4, 3, 2), dtype=np.float32)
+            f[f"examples/c{i:02d}/label"] = np.arange(1 + i % 4, dtype=np.int32) + i
+    fast, slow = _both_ways(path, monkeypatch, shape=(3, 2))
+    assert (fast.counts.tolist(), fast.top, fast.through_hdf5) == (slow.counts.tolist(), slow.top, 0)
+    assert parts and all(sum(p) <= 3 or len(p) == 1 for p in parts) and [4] in parts, parts
+
+
 def _pair(d, libver: str) -> None:
     """tests/test_scale_data.py's pair of files, written with h5py's ``libver``."""
     tff_pair(d)

@@ -314,11 +314,22 @@ def _templated(links: ClientLinks, cids: list[str], feature: str, label: str, sh
             continue
         fits = (shapes[:, 0] == n[rows]) & ((shapes[:, 1] == 1) if len(y.shape) == 2 else True)
         fits &= max(4, y.dtype.itemsize) * shapes[:, 0].astype(np.float64) <= MAX_READ_BYTES
-        rows, sizes = rows[fits], shapes[fits, 0]
-        ranges.add([cids[i] for i in rows], h.gather(y.dtype, data[fits], sizes), sizes)
+        rows, sizes, where = rows[fits], shapes[fits, 0], data[fits]
+        for part in _parts(sizes, _LABEL_BLOCK):  # labels held at once: at most a block's, or one client's
+            ranges.add([cids[i] for i in rows[part]], h.gather(y.dtype, where[part], sizes[part]), sizes[part])
         counts[rows] = sizes
         done[rows] = True
     return done
+
+
+def _parts(sizes: np.ndarray, limit: int) -> Iterator[slice]:
+    """Consecutive slices of ``sizes`` that sum to at most ``limit`` each, or hold one entry larger than it."""
+    ends, start = np.cumsum(sizes), 0
+    while start < len(sizes):
+        before = int(ends[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, before + limit, side="right")))
+        yield slice(start, stop)
+        start = stop
 
 
 def index_clients(f: h5py.File, path: str, ids: list[str], feature: str, label: str,

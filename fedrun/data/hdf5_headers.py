@@ -49,6 +49,7 @@ _ENTRY = struct.Struct("<QQI")  # symbol table entry: name's offset in the heap,
 _IGNORED = {0x0000, 0x0004, 0x0005, 0x000A, 0x000C, 0x000D, 0x000E, 0x0012, 0x0015, 0x0016}
 _READ = {0x0001, 0x0002, 0x0003, 0x0006, 0x0008, 0x000B, 0x0010, 0x0011}
 _MAX_CHUNKS = 64  # object header chunks followed per header
+_VERIFY_BYTES = 1 << 24  # bytes of spans hashed at once (an odd file may hold large header chunks)
 
 
 class NotUnderstood(Exception):
@@ -164,8 +165,10 @@ class HDF5Headers:
             return ok
         table = np.array(spans, dtype=np.int64)
         for length in np.unique(table[:, 1]):
-            rows = np.flatnonzero(table[:, 1] == length)
-            ok[rows] = checksums_match(self.bytes[table[rows, 0][:, None] + np.arange(int(length) + 4)])
+            same = np.flatnonzero(table[:, 1] == length)
+            step = max(1, _VERIFY_BYTES // (int(length) + 4))  # [spans, bytes] held at once
+            for rows in (same[i:i + step] for i in range(0, len(same), step)):
+                ok[rows] = checksums_match(self.bytes[table[rows, 0][:, None] + np.arange(int(length) + 4)])
         return ok
 
     # -- object headers -----------------------------------------------------------------------------------------
