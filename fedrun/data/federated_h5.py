@@ -7,11 +7,11 @@ A train and a test file (``data.federated_h5.train``, ``.test``), each holding o
 
 Clients are the train file's groups in sorted order of their ids (Python's string order: ``"10"`` before
 ``"9"``); client i's test examples are the test file's group of the same id (per-client evaluation).
-The start-up reads only metadata (every group's datasets, checked and bounded, in one pass per file:
-fedrun/data/federated_h5_index.py) and the labels (checked, for the number of classes); examples are read,
-and checked finite, when a client trains or is evaluated. Inputs become float32, ``[n, H, W]``
-images ``[n, 1, H, W]``. The pooled test set of the global evaluation is the test examples of a seeded
-sample of ``test_clients`` clients, in client order.
+The start-up reads only metadata (every group's datasets, checked and bounded, in one pass per file, from the
+file's bytes where it can: fedrun/data/federated_h5_index.py) and the labels (checked, for the number of
+classes); examples are read, and checked finite, when a client trains or is evaluated. Inputs become
+float32, ``[n, H, W]`` images ``[n, 1, H, W]``. The pooled test set of the global evaluation is the test
+examples of a seeded sample of ``test_clients`` clients, in client order.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 from fedrun.config import DataConfig
 from fedrun.data.client_source import ClientSource, sample_clients
 from fedrun.data.dataset import TaskData
-from fedrun.data.federated_h5_index import cached_index, check_examples, read_bound
+from fedrun.data.federated_h5_index import cached_index, check_examples, client_ids, read_bound
 from fedrun.errors import DataError
 
 POOL_STREAM = 0x46483554  # "FH5T": the clients whose test examples form the pooled test set
@@ -63,12 +63,16 @@ class FederatedH5(ClientSource):
     def _start(self, num_clients: int, seed: int) -> None:
         """The client ids, every client indexed and checked once per file, kept in fedrun's cache
         (fedrun.data.federated_h5_index), and the pooled test set."""
-        self.ids = sorted(self.train["examples"].keys())
-        if len(self.ids) != num_clients:
-            raise DataError(f"data.num_clients={num_clients}: {self.cfg.train} has {len(self.ids)} clients; "
-                            f"expected data.num_clients={len(self.ids)}")
-        cfg = self.cfg
-        train = cached_index(self.train, cfg.train, self.ids, cfg.feature, cfg.label)
+        self.ids, links = client_ids(self.train)
+        try:
+            if len(self.ids) != num_clients:
+                raise DataError(f"data.num_clients={num_clients}: {self.cfg.train} has {len(self.ids)} clients; "
+                                f"expected data.num_clients={len(self.ids)}")
+            cfg = self.cfg
+            train = cached_index(self.train, cfg.train, self.ids, cfg.feature, cfg.label, links=links)
+        finally:
+            if links is not None:
+                links.close()
         test = cached_index(self.test, cfg.test, self.ids, cfg.feature, cfg.label, train.shape)
         self.num_examples, self.test_examples, self.shape = train.counts, test.counts, train.shape
         x_probe, y_probe = self.load(np.zeros(1, dtype=np.int64))
