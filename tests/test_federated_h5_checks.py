@@ -20,6 +20,8 @@ from fedrun.data import federated_h5_index
 from fedrun.data.validate import MAX_CLASSES
 from fedrun.errors import DataError
 
+MEMBERS = federated_h5_index.Members("pixels", "label")
+
 
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path, monkeypatch):
@@ -204,11 +206,11 @@ def test_labels_are_checked_per_client_across_blocks(tmp_path, monkeypatch, bad)
     with h5py.File(tmp_path / "train.h5", "r") as f:
         if bad is not None:
             with pytest.raises(DataError) as caught:
-                federated_h5_index.index_clients(f, "train.h5", ids, "pixels", "label")
+                federated_h5_index.index_clients(f, "train.h5", ids, MEMBERS)
             at = len(clients[ids[bad]][1]) - 1
             assert str(caught.value) == (f"train.h5: client {ids[bad]!r}: examples/{ids[bad]}/label: label "
                                          f"{MAX_CLASSES} at index {at}; expected class labels in [0, {MAX_CLASSES})")
             return
-        index = federated_h5_index.index_clients(f, "train.h5", ids, "pixels", "label")
+        index = federated_h5_index.index_clients(f, "train.h5", ids, MEMBERS)
     assert index.counts.tolist() == [3, 1, 4, 2, 5, 1, 3] and index.shape == (6,)
     assert index.top == max(int(y.max()) for _, y in clients.values())

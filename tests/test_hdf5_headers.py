@@ -16,8 +16,11 @@ from test_scale_data import tff_pair
 
 from fedrun.cli import main
 from fedrun.data import federated_h5_index
-from fedrun.data.hdf5_headers import HDF5Headers, NotUnderstood
+from fedrun.data.hdf5_headers import HDF5Headers
 from fedrun.data.hdf5_templates import HDF5Templates
+from fedrun.errors import NotUnderstood
+
+MEMBERS = federated_h5_index.Members("pixels", "label")
 
 
 @pytest.fixture(autouse=True)
@@ -83,12 +86,12 @@ def _both_ways(path, monkeypatch, shape=None) -> tuple[federated_h5_index.Client
         ids, links = federated_h5_index.client_ids(f)
         assert links is not None and ids == sorted(f["examples"].keys())
         try:
-            fast = federated_h5_index.index_clients(f, str(path), ids, "pixels", "label", shape, links)
+            fast = federated_h5_index.index_clients(f, str(path), ids, MEMBERS, shape, links)
         finally:
             links.close()
         with monkeypatch.context() as m:
             m.setattr(federated_h5_index, "client_links", lambda f: None)
-            slow = federated_h5_index.index_clients(f, str(path), ids, "pixels", "label", shape)
+            slow = federated_h5_index.index_clients(f, str(path), ids, MEMBERS, shape)
     assert slow.through_hdf5 == len(ids)
     return fast, slow
 

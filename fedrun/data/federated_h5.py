@@ -24,7 +24,7 @@ import numpy as np
 from fedrun.config import DataConfig
 from fedrun.data.client_source import ClientSource, sample_clients
 from fedrun.data.dataset import TaskData
-from fedrun.data.federated_h5_index import cached_index, check_examples, client_ids, read_bound
+from fedrun.data.federated_h5_index import Members, cached_index, check_examples, client_ids, read_bound
 from fedrun.errors import DataError
 
 POOL_STREAM = 0x46483554  # "FH5T": the clients whose test examples form the pooled test set
@@ -69,11 +69,12 @@ class FederatedH5(ClientSource):
                 raise DataError(f"data.num_clients={num_clients}: {self.cfg.train} has {len(self.ids)} clients; "
                                 f"expected data.num_clients={len(self.ids)}")
             cfg = self.cfg
-            train = cached_index(self.train, cfg.train, self.ids, cfg.feature, cfg.label, links=links)
+            members = Members(cfg.feature, cfg.label)
+            train = cached_index(self.train, cfg.train, self.ids, members, links=links)
         finally:
             if links is not None:
                 links.close()
-        test = cached_index(self.test, cfg.test, self.ids, cfg.feature, cfg.label, train.shape)
+        test = cached_index(self.test, cfg.test, self.ids, members, train.shape)
         self.num_examples, self.test_examples, self.shape = train.counts, test.counts, train.shape
         x_probe, y_probe = self.load(np.zeros(1, dtype=np.int64))
         pool = sample_clients(len(self.ids), cfg.test_clients, seed, POOL_STREAM)

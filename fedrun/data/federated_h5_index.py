@@ -50,13 +50,22 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from fedrun.data.hdf5_headers import DatasetHeader, NotUnderstood
+from fedrun.data.hdf5_headers import DatasetHeader
 from fedrun.data.hdf5_templates import HDF5Templates, Template
 from fedrun.data.validate import MAX_CLASSES
-from fedrun.errors import DataError
+from fedrun.errors import DataError, NotUnderstood
 
 MAX_READ_BYTES = 1 << 31  # one dataset, one chunk, or one read of examples as float32 (2 GiB)
 INDEX_VERSION = 1  # of the cached index's content: a change of what is checked bumps it
+
+
+@dataclass(frozen=True)
+class Members:
+    """The names of the two datasets of every client group: the inputs (``data.federated_h5.feature``) and the
+    class labels (``data.federated_h5.label``)."""
+
+    feature: str
+    label: str
 
 
 @dataclass
@@ -283,11 +292,11 @@ def _by_templates(build: Callable[[int], Template], apply: Callable[..., tuple[n
         rows = rows[~ok] if ok[0] else rows[~ok][1:]
 
 
-def _templated(links: ClientLinks, cids: list[str], feature: str, label: str, shape: tuple[int, ...],
+def _templated(links: ClientLinks, cids: list[str], members: Members, shape: tuple[int, ...],
                counts: np.ndarray, ranges: _LabelRanges) -> np.ndarray:
     """The clients ``cids`` whose group and datasets match a template and pass every check of :func:`_passes`
     (vectorised), their counts written into ``counts`` and labels given to ``ranges``: which they are."""
-    h = links.headers
+    h, feature, label = links.headers, members.feature, members.label
     found = [links.groups.get(cid) for cid in cids]  # None: no hard link of that name
     known = np.array([i for i, address in enumerate(found) if address is not None], dtype=np.int64)
     groups = np.array([0 if address is None else address for address in found], dtype=np.uint64)
@@ -332,11 +341,12 @@ def _parts(sizes: np.ndarray, limit: int) -> Iterator[slice]:
         start = stop
 
 
-def index_clients(f: h5py.File, path: str, ids: list[str], feature: str, label: str,
-                  shape: tuple[int, ...] | None = None, links: ClientLinks | None = None) -> ClientIndex:
+def index_clients(f: h5py.File, path: str, ids: list[str], members: Members, shape: tuple[int, ...] | None = None,
+                  links: ClientLinks | None = None) -> ClientIndex:
     """Check every client's metadata and labels in file ``f`` (module docstring); ``shape``: the per-example
     shape every client must have (the train file's, for the test file; None: the first client's); ``links``: the
     file's clients when enumerated already (else enumerated here)."""
+    feature, label = members.feature, members.label
     own = links is None
     if own:
         links = client_links(f)
@@ -350,7 +360,7 @@ def index_clients(f: h5py.File, path: str, ids: list[str], feature: str, label: 
             block = ids[start:start + (_BLOCK if shape is not None else 1)]  # the first client sets the shape
             done = np.zeros(len(block), dtype=bool)
             if fast and shape is not None:
-                done = _templated(links, block, feature, label, shape, counts[start:start + len(block)], ranges)
+                done = _templated(links, block, members, shape, counts[start:start + len(block)], ranges)
             rest = [cid for cid, hit in zip(block, done, strict=True) if not hit]
             found = _from_headers(links, rest, feature, label) if fast else [None] * len(rest)
             for i, cid, pair in zip(start + np.flatnonzero(~done), rest, found, strict=True):
@@ -394,13 +404,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedrun"
 
 
-def cached_index(f: h5py.File, path: str, ids: list[str], feature: str, label: str,
-                 shape: tuple[int, ...] | None = None, links: ClientLinks | None = None) -> ClientIndex:
+def cached_index(f: h5py.File, path: str, ids: list[str], members: Members, shape: tuple[int, ...] | None = None,
+                 links: ClientLinks | None = None) -> ClientIndex:
     """:func:`index_clients` of file ``f``, from the cache when this very file (same real path, size,
     modification time, inode) was indexed before with the same names; else indexed and cached. A cache that
     cannot be read or written is ignored (the file is indexed as if none were kept)."""
     st = os.stat(path)
-    key = json.dumps([os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, feature, label,
+    key = json.dumps([os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, members.feature, members.label,
                       None if shape is None else list(shape), len(ids), INDEX_VERSION])
     where = cache_dir() / f"h5index_{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
     try:
@@ -409,7 +419,7 @@ def cached_index(f: h5py.File, path: str, ids: list[str], feature: str, label: s
                 return ClientIndex(z["counts"].astype(np.int64), tuple(int(v) for v in z["shape"]), int(z["top"]))
     except (OSError, KeyError, ValueError):
         pass
-    index = index_clients(f, path, ids, feature, label, shape, links)
+    index = index_clients(f, path, ids, members, shape, links)
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
         temporary = where.with_name(f".{where.stem}.{os.getpid()}.npz")

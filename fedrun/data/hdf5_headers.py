@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrun.data.hdf5_checksum import checksums_match
+from fedrun.errors import NotUnderstood
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 UNDEFINED = (1 << 64) - 1
@@ -50,10 +51,6 @@ _IGNORED = {0x0000, 0x0004, 0x0005, 0x000A, 0x000C, 0x000D, 0x000E, 0x0012, 0x00
 _READ = {0x0001, 0x0002, 0x0003, 0x0006, 0x0008, 0x000B, 0x0010, 0x0011}
 _MAX_CHUNKS = 64  # object header chunks followed per header
 _VERIFY_BYTES = 1 << 24  # bytes of spans hashed at once (an odd file may hold large header chunks)
-
-
-class NotUnderstood(Exception):
-    """The bytes are not a layout this reader fully understands (the caller asks HDF5 instead)."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrun.data.hdf5_checksum import checksums_match
-from fedrun.data.hdf5_headers import DatasetHeader, HDF5Headers, NotUnderstood, Record
+from fedrun.data.hdf5_headers import DatasetHeader, HDF5Headers, Record
+from fedrun.errors import NotUnderstood
 
 _U16, _U64 = struct.Struct("<H"), struct.Struct("<Q")
 MAX_RECORD_BYTES = 4096  # a template's records (headers, a group's heap): a block's bytes held at once stay small
