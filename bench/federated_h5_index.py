@@ -94,7 +94,7 @@ def main() -> None:
     args = parser.parse_args()
     from fedrun.config import DataConfig, FederatedH5Config
     from fedrun.data.federated_h5 import FederatedH5
-    from fedrun.data.federated_h5_index import client_ids, index_clients
+    from fedrun.data.federated_h5_index import Members, client_ids, index_clients
 
     root = args.dir or Path(tempfile.mkdtemp(prefix="fedrun_h5_bench_"))
     name = f"{args.clients}x{args.examples}{'_latest' if args.libver == 'latest' else ''}.h5"
@@ -129,7 +129,8 @@ def main() -> None:
         for path in (train, test):
             with h5py.File(path, "r") as f:
                 (ids, links), wall, cpu = timed(client_ids, f)
-                index, index_wall, index_cpu = timed(index_clients, f, str(path), ids, "tokens", "label", None, links)
+                members = Members("tokens", "label")
+                index, index_wall, index_cpu = timed(index_clients, f, str(path), ids, members, None, links)
                 links.close()
             print(f"  {path.name}: clients enumerated in {wall:.2f} s (CPU {cpu:.2f} s), indexed from their headers in "
                   f"{index_wall:.2f} s (CPU {index_cpu:.2f} s, {1e6 * index_cpu / len(ids):.1f} us per client; "
