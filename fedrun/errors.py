@@ -93,6 +93,12 @@ class RunFailure(RuntimeError):
     """A runtime failure that its one-line message explains fully (exit status 1, no traceback)."""
 
 
+class StorageFailure(RunFailure):
+    """A file system failed the run under a rank's own files (its client state on a full disk, a quota, an I/O
+    error). Ranks that share the disk meet it alike at the same point, so, as with bad input, the job reports it
+    once (fedrun.runtime.failures.FailureGuard)."""
+
+
 class CheckpointWriteError(RunFailure):
     """Rank 0 could not write a checkpoint (full disk, quota, unwritable run directory).
 

@@ -27,6 +27,7 @@ from fedrun.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     StartupInterrupted,
+    StorageFailure,
     exit_code,
     one_line,
     raised_on_every_rank,
@@ -184,10 +185,12 @@ class FailureGuard:
                            if lost else "lost contact with another rank (it died or failed; its message, if any, "
                            f"is above): {message}")
             # a rank failing on its own claims too (so that the survivors stay silent) and reports anyway,
-            # unless its failure is bad input, which other ranks may meet alike at the same point (a data
-            # file, a plugin rule breaking its declaration): that is reported by the first claimant only
+            # unless its failure is one that other ranks may meet alike at the same point: bad input (a data
+            # file, a plugin rule breaking its declaration) or a shared disk that filled up; that is reported
+            # by the first claimant only
             claimed = claim_failure_report(world, lost)
-            if claimed or not (lost_peer or exit_code(exc) == EXIT_BAD_INPUT):
+            alike = exit_code(exc) == EXIT_BAD_INPUT or isinstance(exc, StorageFailure)
+            if claimed or not (lost_peer or alike):
                 report(f"fedrun[rank {world.rank}]: error: {message}")
                 failure_reported(world)
             world.abort(exit_code(exc))

@@ -10,7 +10,7 @@ the process, however it ends; they are scratch, the checkpoint is the durable co
 
 Every write is checked: ``os.pwrite`` may write fewer bytes than asked (a full file system wrote 1,656 of
 a row's 2,440 bytes without an error), so a row is written until all its bytes are in, and a write that
-cannot finish raises :class:`fedrun.errors.RunFailure` naming the file and the disk (its mount point)
+cannot finish raises :class:`fedrun.errors.StorageFailure` naming the file and the disk (its mount point)
 before the row is marked written: a checkpoint never stores a half-written row. A short read is refused
 alike.
 
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedrun.errors import RunFailure
+from fedrun.errors import StorageFailure
 from fedrun.protocol import Entry, Vector
 from fedrun.state.rows import ChangedRows, TracksChanges
 from fedrun.state.store import block_of, initial_value
@@ -58,8 +58,8 @@ class _RowFile:
         os.unlink(path)
         os.ftruncate(self.fd, num_rows * self.row_bytes)
 
-    def _failure(self, what: str, why: str) -> RunFailure:
-        return RunFailure(f"cannot {what} the client state file {self.path} (state.dir, on the disk mounted at "
+    def _failure(self, what: str, why: str) -> StorageFailure:
+        return StorageFailure(f"cannot {what} the client state file {self.path} (state.dir, on the disk mounted at "
                           f"{mount_point(self.path.parent)}): {why}; the checkpoints written before are intact")
 
     def read(self, rows: np.ndarray) -> Tensor:
