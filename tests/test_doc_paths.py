@@ -74,7 +74,8 @@ def sources() -> Iterator[tuple[Path, str]]:
             yield path, path.read_text()
     for top in CODE:
         for path in sorted((REPO / top).rglob("*.py")):
-            yield path, comments_and_docstrings(path.read_text())
+            if not any(part.startswith(".") for part in path.relative_to(REPO / top).parts):  # virtual envs
+                yield path, comments_and_docstrings(path.read_text())
 
 
 def module_file(parts: list[str]) -> Path | None:

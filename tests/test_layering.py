@@ -163,7 +163,7 @@ def test_every_error_type_lives_in_the_ground_floor():
 def test_error_types_are_imported_from_the_ground_floor():
     errors = error_types()
     roots = [PACKAGE.parent / d for d in ("fedrun", "tests", "bench", "experiments", "examples")]
-    # the project's own files: not bench/.envs (the peers' virtual environments, bench/setup_peers.sh)
+    # the project's own files, not the peers' virtual environments that bench/setup_peers.sh creates
     sources = (p for root in roots for p in root.rglob("*.py") if ".envs" not in p.relative_to(root).parts)
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

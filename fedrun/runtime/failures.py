@@ -74,6 +74,7 @@ def lost_ranks(world: World) -> list[str]:
 _REPORT_KEY, _REPORTED_KEY = "fedrun/failure/claims", "fedrun/failure/reported"
 _CLAIM_TIMEOUT = datetime.timedelta(seconds=5)  # a stopped rank 0 freezes its store: do not wait on it
 _CLAIMING = [False]  # this rank is on its way to report a failure (or not): a SIGQUIT then lets it finish
+_REPORTER_STATUS: list[int | None] = [None]  # the exit status of the rank that reported, when another one did
 
 
 def claim_failure_report(world: World, lost: list[str]) -> bool:
@@ -89,6 +90,7 @@ def claim_failure_report(world: World, lost: list[str]) -> bool:
         if world.store.add(_REPORT_KEY, 1) == 1:
             return True
         world.store.wait([_REPORTED_KEY], _CLAIM_TIMEOUT)
+        _REPORTER_STATUS[0] = int(world.store.get(_REPORTED_KEY))
         return False
     except Exception:  # noqa: BLE001 - the store went with rank 0 (or never answered): decide locally
         return world.rank == min(r for r in range(world.size) if r not in gone)
@@ -97,11 +99,13 @@ def claim_failure_report(world: World, lost: list[str]) -> bool:
 _FORWARD_S = 0.2  # how long a launcher gets to forward the line before this rank ends the job
 
 
-def failure_reported(world: World) -> None:
-    """Tell the ranks waiting in :func:`claim_failure_report` that the line is written, and give the launcher a
-    moment to forward it: Hydra's proxy, ended by the abort that follows, dropped it in 1 of 4 tries."""
+def failure_reported(world: World, status: int) -> None:
+    """Tell the ranks waiting in :func:`claim_failure_report` that the line is written and with which exit
+    ``status`` the job ends (theirs too: a launcher reports whichever abort reaches it first, and a survivor's
+    lost contact must not turn a refused data file's 2 into 1), and give the launcher a moment to forward the
+    line: Hydra's proxy, ended by the abort that follows, dropped it in 1 of 4 tries."""
     try:
-        world.store.set(_REPORTED_KEY, "1")
+        world.store.set(_REPORTED_KEY, str(status))
     except Exception:  # noqa: BLE001 - nobody left to tell
         pass
     time.sleep(_FORWARD_S)
@@ -128,7 +132,7 @@ def name_lost_ranks_on_quit(world: World) -> Callable[[], None]:
             return
         if claim_failure_report(world, lost):
             report(f"fedrun[rank {world.rank}]: error: {'; '.join(lost)}; the launcher is ending the job")
-            failure_reported(world)
+            failure_reported(world, EXIT_FAILURE)
         os._exit(EXIT_FAILURE)
 
     previous = signal.signal(signal.SIGQUIT, on_quit)
@@ -192,8 +196,9 @@ class FailureGuard:
             alike = exit_code(exc) == EXIT_BAD_INPUT or isinstance(exc, StorageFailure)
             if claimed or not (lost_peer or alike):
                 report(f"fedrun[rank {world.rank}]: error: {message}")
-                failure_reported(world)
-            world.abort(exit_code(exc))
+                failure_reported(world, exit_code(exc))
+            reporter = None if claimed else _REPORTER_STATUS[0]
+            world.abort(exit_code(exc) if reporter is None else reporter)
 
 
 def _lost_peer(exc: BaseException) -> bool:
