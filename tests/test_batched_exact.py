@@ -55,7 +55,7 @@ class Block:
         clients = self.real + 6
         count = clients * EXAMPLES
         self.x = torch.randn(count, *shape, dtype=dtype)
-        self.y = torch.randn(count, 1, dtype=dtype) if name == "linear" else torch.randint(0, classes, (count,))
+        self.y = torch.randn(count, dtype=dtype) if name == "linear" else torch.randint(0, classes, (count,))
         self.loss = half_squared_error if name == "linear" else cross_entropy
         rng = torch.Generator().manual_seed(1)
         self.index = torch.stack([torch.randint(c * EXAMPLES, (c + 1) * EXAMPLES, (STEPS, BATCH), generator=rng)
@@ -112,6 +112,36 @@ def check_places(name: str, dtype: torch.dtype, rule: str) -> None:
 @pytest.mark.parametrize("name", ["linear", "logistic"])
 def test_dense_models_give_a_client_the_same_bits_at_any_position(name, rule, dtype):
     check_places(name, dtype, rule)
+
+
+class Vmapped(torch.nn.Module):
+    """A model without ``batched_forward``: the same parameters in the same order, batched by vmap."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.inner(inputs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", ["linear", "logistic"])
+def test_the_written_out_batched_forward_gives_vmaps_bits(name, dtype):
+    """The linear models' ``batched_forward`` replaces vmap for speed only: every client's gradient and loss
+    are the bits vmap gives, so no run's result depends on which of the two computed it."""
+    block = Block(name, dtype)
+    rows = torch.arange(block.real)
+    x = block.x0 + 0.1 * torch.randn(len(rows), block.model.dim, dtype=dtype)
+    batches = Batches(index=block.index[rows], mask=torch.arange(BATCH) < block.sizes[rows][:, :, None],
+                      sizes=block.sizes[rows], steps=np.full(len(rows), STEPS), x=block.x, y=block.y, slots=BATCH)
+    vmapped = FlatModel(Vmapped(block.model.module))
+    assert hasattr(block.model.module, "batched_forward") and not hasattr(vmapped.module, "batched_forward")
+    for k in range(STEPS):
+        written, reference = (local_oracle("vmap", m, block.loss, batches)[0](x, slice(0, len(rows)), k)
+                              for m in (block.model, vmapped))
+        assert torch.count_nonzero(written[0]) > 0
+        assert torch.equal(written[0], reference[0]) and torch.equal(written[1], reference[1]), k
 
 
 # The LEAF models and the CIFAR-shaped CNNs are batched by `auto` on CUDA only (on a CPU, where a batched block

@@ -1,4 +1,9 @@
-"""Linear models: multinomial logistic regression, and the bias-free linear model of least squares."""
+"""Linear models: multinomial logistic regression, and the bias-free linear model of least squares.
+
+Both also evaluate C models at once, ``batched_forward(params, inputs)`` with every parameter ``[C, *shape]``
+and inputs ``[C, B, ...]``: the batched products that ``torch.func.vmap`` of ``forward`` dispatches (the same
+``bmm`` kernels, hence the same bits), without vmap's per-call cost, which is most of a small model's batched
+step on a CPU (fedrun.training.gradients, ``batched_forward``)."""
 
 from __future__ import annotations
 
@@ -16,6 +21,11 @@ class Logistic(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(x.flatten(1))
 
+    def batched_forward(self, params: dict[str, torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
+        """Logits ``[C, B, classes]``: b_c + W_c a for each client c's weights and its inputs."""
+        return torch.baddbmm(params["linear.bias"].unsqueeze(1), inputs.flatten(2),
+                             params["linear.weight"].transpose(1, 2))
+
 
 class LinearNoBias(nn.Module):
     """y = A x with the flat parameter vector equal to x (the least-squares task, docs/verification.md)."""
@@ -26,3 +36,7 @@ class LinearNoBias(nn.Module):
 
     def forward(self, a: torch.Tensor) -> torch.Tensor:
         return a @ self.weight
+
+    def batched_forward(self, params: dict[str, torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
+        """Outputs ``[C, B]``: A_c x_c for each client c."""
+        return torch.bmm(inputs, params["weight"].unsqueeze(2)).squeeze(2)
