@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import run_ranks
+from mpi_reductions import buffers
 
 from fedrun.runtime import exact_sum
 
@@ -83,3 +85,21 @@ def test_no_overflow_at_the_extremes_and_too_many_rows_refused():
         exact_sum.encode_sum(torch.ones(3, 1), torch.ones(1, dtype=torch.int32), 2)
     with pytest.raises(ValueError, match="1 to 2097152 terms"):
         exact_sum.limb_bits(exact_sum.MAX_TERMS + 1)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_the_gathered_and_the_collective_reductions_agree_on_real_ranks(tmp_path, ranks):
+    """A small buffer is gathered and combined on the receiving ranks, a large one reduced by the collective
+    (fedrun.runtime.flat): both paths give the exact integer sum and max on every rank."""
+    out = tmp_path / "out.npz"
+    run_ranks(ranks, ["tests/mpi_reductions.py", str(out)])
+    got = np.load(out)
+    terms, values = zip(*(buffers(r) for r in range(ranks)), strict=True)
+    total = np.sum([t.numpy() for t in terms], axis=0)
+    largest = np.max([v.numpy() for v in values], axis=0)
+    for path in ("gathered", "collective"):
+        assert np.array_equal(got[f"{path}_root"], total), path
+        assert all(np.array_equal(s, total) for s in got[f"{path}_sum"]), path
+        assert all(np.array_equal(m, largest) for m in got[f"{path}_max"]), path
+    assert got["gathered_sum"].shape[0] == ranks and largest.dtype == np.int8

@@ -42,7 +42,7 @@ from torch import Tensor
 from fedrun.data.sizes import available_bytes
 from fedrun.errors import ConfigError, NumericalError
 from fedrun.protocol import Declaration, Entry, RoundContext, Scalar
-from fedrun.runtime import exact_sum
+from fedrun.runtime import exact_sum, flat
 from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
 
@@ -170,6 +170,11 @@ class Exchange:
         rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
         rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
         numel = self.exact_layout.numel
+        spans = list(self.exact_layout.slices.values())
+        if len(rows) == len(spans) and len(losses) * numel * rows[0].element_size() <= flat.GATHER_BYTES:
+            # one [C, numel] block: each exact_sum call costs tens of small kernels, most of a small model's
+            # exchange on a CPU (0.57 ms a round for W2's two blocks, 0.31 ms as one); column-wise, same bits
+            rows, spans = [torch.cat(rows, dim=1)], [slice(0, numel)]
         empty = torch.zeros(0, numel, dtype=self.dtype, device=device)
         exps = exact_sum.agree(world, torch.cat([exact_sum.exponents(r) for r in rows or [empty]]), self.dtype)
         parts, gathered = exact_sum.limbs(self.dtype), len(self.gathered) * n * self.dim
@@ -178,7 +183,7 @@ class Exchange:
         limbs = buf[:parts * numel].view(parts, numel)
         counts = buf[parts * numel:parts * numel + 2 + world.size]
         floats = buf[len(buf) - words:].view(self.dtype)[:gathered].view(len(self.gathered), n, self.dim)
-        for sl, r in zip(self.exact_layout.slices.values(), rows, strict=False):  # no rows: no uploads here
+        for sl, r in zip(spans, rows, strict=False):  # no rows: no uploads here
             limbs[:, sl] = exact_sum.encode_sum(r, exps[sl], terms).to(torch.int64)  # integers <= 2^53: exact
         counts[0], counts[1] = uplink.nonfinite, int(uplink.stop_requested)
         if uplink.nonfinite:

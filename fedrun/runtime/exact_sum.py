@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
+from fedrun.runtime.flat import all_reduce
 from fedrun.runtime.world import World
 
 CHUNK = 1 << 18  # elements per temporary in encode_sum and exponents
@@ -80,7 +80,7 @@ def agree(world: World, exps: Tensor, dtype: torch.dtype) -> Tensor:
         return exps
     small = dtype == torch.float32
     wire = (exps - 1).to(torch.int8) if small else exps.clone()
-    dist.all_reduce(wire, op=dist.ReduceOp.MAX)
+    all_reduce(world, wire, "max")
     return wire.to(torch.int32) + 1 if small else wire
 
 
@@ -140,6 +140,4 @@ def all_reduce_exact_sum(world: World, rows: Tensor, terms: int) -> Tensor:
     a MAX of the exponents and a SUM of the limbs, one collective each."""
     exps = agree(world, exponents(rows), rows.dtype)
     total = encode_sum(rows, exps, terms)
-    if world.size > 1:
-        dist.all_reduce(total, op=dist.ReduceOp.SUM)
-    return decode(total, exps, terms, rows.dtype)
+    return decode(all_reduce(world, total, "sum"), exps, terms, rows.dtype)

@@ -99,11 +99,13 @@ class World:
         os._exit(code)
 
     def close(self) -> None:
-        """Leave the process group together: no rank tears down its sockets while a peer still uses them."""
+        """Leave the process group together: no rank tears down its sockets while a peer still uses them. The
+        barrier is gloo's, which fails when a peer has died; MPI's only where no process group was made (an
+        MPI barrier waits for a dead peer forever under some launchers, docs/reliability.md)."""
         if dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()
-        if self.comm is not None and self.size > 1:
+        elif self.comm is not None and self.size > 1:
             self.comm.Barrier()
         self.store = None
 
