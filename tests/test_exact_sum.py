@@ -102,4 +102,4 @@ def test_the_gathered_and_the_collective_reductions_agree_on_real_ranks(tmp_path
         assert np.array_equal(got[f"{path}_root"], total), path
         assert all(np.array_equal(s, total) for s in got[f"{path}_sum"]), path
         assert all(np.array_equal(m, largest) for m in got[f"{path}_max"]), path
-    assert got["gathered_sum"].shape[0] == ranks and largest.dtype == np.int8
+    assert got["gathered_sum"].shape[0] == ranks

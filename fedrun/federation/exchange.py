@@ -42,7 +42,7 @@ from torch import Tensor
 from fedrun.data.sizes import available_bytes
 from fedrun.errors import ConfigError, NumericalError
 from fedrun.protocol import Declaration, Entry, RoundContext, Scalar
-from fedrun.runtime import exact_sum, flat
+from fedrun.runtime import exact_sum
 from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
 
@@ -171,9 +171,10 @@ class Exchange:
         rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
         numel = self.exact_layout.numel
         spans = list(self.exact_layout.slices.values())
-        if len(rows) == len(spans) and len(losses) * numel * rows[0].element_size() <= flat.GATHER_BYTES:
-            # one [C, numel] block: each exact_sum call costs tens of small kernels, most of a small model's
-            # exchange on a CPU (0.57 ms a round for W2's two blocks, 0.31 ms as one); column-wise, same bits
+        if len(rows) == len(spans) and len(losses) * numel <= exact_sum.CHUNK:
+            # one [C, numel] block (a temporary no larger than exact_sum's own): each exact_sum call costs tens of
+            # small kernels, most of a small model's exchange on a CPU (0.57 ms a round for W2's two blocks,
+            # 0.31 ms as one); column-wise, so the same bits
             rows, spans = [torch.cat(rows, dim=1)], [slice(0, numel)]
         empty = torch.zeros(0, numel, dtype=self.dtype, device=device)
         exps = exact_sum.agree(world, torch.cat([exact_sum.exponents(r) for r in rows or [empty]]), self.dtype)

@@ -5,7 +5,7 @@ changes its last bits with the number of ranks, the placement and the order a ra
 Sums of integers do not. A sum of n terms x_i in R^d (n known on every rank) is therefore taken as:
 
 1. every coordinate j gets an exponent E_j with |x_ij| < 2^E_j for every term (from the bits of
-   max_i |x_ij|), agreed over ranks by an all-reduce MAX (exact);
+   max_i |x_ij|), agreed over ranks by a MAX (exact);
 2. every term is rounded to the nearest multiple of the quantum q_j = 2^(E_j - P), as integer "limbs":
    one limb for float32 runs (P = B), two for float64 runs (P = 2B, v = hi 2^B + lo, 0 <= lo <= 2^B), with
    B = 53 - ceil(log2 n), so that n limbs of magnitude <= 2^B sum to at most 2^53;
@@ -74,7 +74,7 @@ def exponents(rows: Tensor) -> Tensor:
 
 
 def agree(world: World, exps: Tensor, dtype: torch.dtype) -> Tensor:
-    """The exponents ``[d]`` every rank uses: the MAX over ranks, one all-reduce (int8 for float32 terms,
+    """The exponents ``[d]`` every rank uses: the MAX over ranks, one collective (int8 for float32 terms,
     whose exponents lie in [-125, 128], so the collective moves a quarter of an int32's bytes)."""
     if world.size == 1:
         return exps

@@ -6,6 +6,8 @@ once; the downlink is one flat broadcast. No per-parameter calls and no pickled 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -66,7 +68,7 @@ def reduce_to_root(world: World, buf: Tensor) -> Tensor:
     return buf
 
 
-def all_reduce(world: World, buf: Tensor, op: str) -> Tensor:
+def all_reduce(world: World, buf: Tensor, op: Literal["sum", "max"]) -> Tensor:
     """``buf`` <- its ``"sum"`` or ``"max"`` over ranks, on every rank, in place. As in :func:`reduce_to_root`
     the terms must combine exactly in any order (integers; a max always does): a small buffer is all-gathered
     and combined locally, a large one all-reduced."""
@@ -77,7 +79,7 @@ def all_reduce(world: World, buf: Tensor, op: str) -> Tensor:
             stacked = torch.stack(parts)
             buf.copy_(stacked.sum(dim=0) if op == "sum" else stacked.amax(dim=0))
         else:
-            dist.all_reduce(buf, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+            dist.all_reduce(buf, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
     return buf
 
 
