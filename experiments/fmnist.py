@@ -16,6 +16,7 @@ against the adaptive server optimizers, with the FedSUM paper's MNIST CNN, ten r
     python experiments/fmnist.py probe       # the reconstruction probe: FedSUM's server step read other ways
     python experiments/fmnist.py diagnose    # why FedSUM trails: its y against the true gradient
     python experiments/fmnist.py flatness    # FedAdamom's flatness claim: sharpness of the trained models
+    python experiments/fmnist.py flatness_same_loss  # the same, for models retrained to a common training loss
     python experiments/fmnist.py report      # tables, plots, claims from the summaries; fills docs/results.md
 
 A step prints a line per run (done/total, elapsed, ETA); a long run (one that checkpoints: 'paper') also
@@ -25,7 +26,7 @@ first. The grids, runs and choices are in experiments/fmnist_runs.py: a run is c
 under docs/results/fmnist_10seeds/ (PAPER_OUT for 'paper'), so an interrupted step continues where it
 stopped; the tables, plots and diagnosis are in experiments/fmnist_report.py; the flatness measures of the
 FedAdamom comparison's final models (one JSON per run in flatness/ beside the summaries, resumed likewise)
-in experiments/fmnist_flatness.py.
+and of its models at a common training loss (flatness_same_loss/) in experiments/fmnist_flatness.py.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ STEPS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["all", *STEPS, "flatness", "diagnose", "report"])
+    parser.add_argument("step", choices=["all", *STEPS, "flatness", "flatness_same_loss", "diagnose", "report"])
     parser.add_argument("--dry-run", action="store_true", help="list the runs that are not finished yet")
     parser.add_argument("--shard", default="0/1", metavar="K/N",
                         help="run every N-th unfinished run starting at the K-th (N processes share a step)")
@@ -109,6 +110,11 @@ def main() -> None:
         from fmnist_flatness import flatness_all
 
         flatness_all(fedadamom_specs(True, (CHOOSE_AT,))[k::n], dry_run=args.dry_run)
+    if args.step in ("all", "flatness_same_loss"):  # seeds, not runs, are shared between shards
+        from fmnist_flatness import same_loss_all
+
+        trained = fedadamom_specs(True, (CHOOSE_AT,))
+        same_loss_all([s for s in trained if s["seed"] % n == k], dry_run=args.dry_run)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,10 @@ algorithm's own eta_0 are shown on the page without verdicts.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from claims import ClaimSpec
-from fmnist_flatness import FLATNESS_OUT, flatness_file
+from fmnist_flatness import FLATNESS_OUT, SAME_LOSS_OUT, flatness_file
 from fmnist_runs import (
     ALPHAS,
     CASE2_PROBABILITIES,
@@ -251,11 +253,14 @@ def fedadamom_claims() -> list[ClaimSpec]:
                              deviations=(*devs, "the peak tested as β2 = 0.05 more accurate than each other β2"),
                              kind="greater", metric="test_accuracy", round="final", scale=100,
                              a=_files(beta["0.05"]), b=_files(beta[b]), command=ABLATION))
-    trained = fedadamom_specs(True, (0.1,))
-    flat = {m: tuple(str(flatness_file(s, FLATNESS_OUT).relative_to(REPO))
-                     for s in sorted(trained, key=lambda s: s["seed"]) if s["label"].split(" ")[0] == m)
-            for m in ("FedAdamom", "FedAdam", "FedAvgM")}
-    devs = (*FEDADAMOM_DEVIATIONS, "the final models (round 60), not minima reached at the same training loss",
+    trained = sorted(fedadamom_specs(True, (0.1,)), key=lambda s: s["seed"])
+
+    def measured(out: Path) -> dict[str, tuple[str, ...]]:
+        return {m: tuple(str(flatness_file(s, out).relative_to(REPO)) for s in trained
+                         if s["label"].split(" ")[0] == m) for m in ("FedAdamom", "FedAdam", "FedAvgM")}
+
+    flat, same_loss = measured(FLATNESS_OUT), measured(SAME_LOSS_OUT)
+    devs = (*FEDADAMOM_DEVIATIONS,
             "flatness as the top Hessian eigenvalue of the loss on 2,000 training examples (Lanczos, residual "
             "checked), not the paper's loss-landscape plots; lower loss as that sample's loss",
             "the models retrained from the runs' configs (trained models are not kept): final test accuracy "
@@ -265,9 +270,20 @@ def fedadamom_claims() -> list[ClaimSpec]:
             out.append(ClaimSpec(
                 id=f"flatness/{metric}/FedAdamom-vs-{other}", seed=FEDADAMOM_SEED, quote=Q_FLAT,
                 stated="loss-landscape visualisation of the trained global models", run=f"{FEDADAMOM_RUN}; "
-                "Dirichlet 0.1; `fedrun flatness` on each final model", deviations=(*devs, f"{what}: a lower {metric}"),
+                "Dirichlet 0.1; `fedrun flatness` on each final model",
+                deviations=(*devs, "the final models (round 60), not minima reached at the same training loss",
+                            f"{what}: a lower {metric}"),
                 kind="less", metric=metric, round="final", a=flat["FedAdamom"], b=flat[other],
                 command="python experiments/fmnist.py flatness"))
+        out.append(ClaimSpec(
+            id=f"flatness-same-loss/top_eigenvalue/FedAdamom-vs-{other}", seed=FEDADAMOM_SEED, quote=Q_FLAT,
+            stated="loss-landscape visualisation of the trained global models", run=f"{FEDADAMOM_RUN}; "
+            "Dirichlet 0.1; `fedrun flatness` on each model at its seed's common training loss",
+            deviations=(*devs, "the common training loss of a seed is the lowest sample loss FedAdamom, FedAdam "
+                        "and FedAvgM all reach within 60 rounds; each model is the first round's at or below "
+                        "it (a checkpoint after every round)", "flatter: a lower top_eigenvalue"),
+            kind="less", metric="top_eigenvalue", round="final", a=same_loss["FedAdamom"], b=same_loss[other],
+            command="python experiments/fmnist.py flatness_same_loss"))
     return out
 
 

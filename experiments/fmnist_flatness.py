@@ -1,4 +1,5 @@
-"""The flatness step of the Fashion-MNIST FedAdamom comparison (``python experiments/fmnist.py flatness``).
+"""The flatness steps of the Fashion-MNIST FedAdamom comparison (``python experiments/fmnist.py flatness``
+and ``flatness_same_loss``).
 
 FedAdamom's claim is that momentum plus adaptivity find flatter minima that generalize better. For the
 final global model of every run of the comparison at Dirichlet 0.1 (FedAdamom, FADAS, FedAdam, FedAvgM and
@@ -7,19 +8,37 @@ eigenvalue of the training loss and the loss increase under random perturbations
 beside train and test accuracy (docs/evaluation.md, "Flatness"). One JSON per run goes to
 docs/results/fmnist_10seeds/flatness/<the run's summary name>; a run whose JSON exists is not measured
 again, and runs not trained yet are listed, not failed on.
+
+Models at the same round need not be at the same point of training: a method that trains faster sits
+lower in the loss, where the landscape differs. ``flatness_same_loss`` therefore compares the claim's three
+methods (FedAdamom, FedAdam, FedAvgM) at a common training loss as well. For each seed, each run is
+retrained with a checkpoint after every round, and ``fedrun.flatness.sample_losses`` gives the loss L_t on
+the flatness sample at every round t. The seed's target is the lowest loss all three reach,
+
+    L*(seed) = max over methods of min_t L_t,
+
+and each method is measured at its first round with L_t <= L* (the method that sets L* at its lowest
+point). One JSON per method and seed goes to a ``flatness_same_loss`` folder beside ``flatness``, with the
+target, the round and the whole loss curve; the retrained runs are deleted once their seed is measured.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import time
 from pathlib import Path
 
-from fmnist_runs import OUT, REPO, load, run_dir
+from fmnist_runs import OUT, REPO, load, run_dir, run_one
 
 LABELS = ("FedAdamom", "FADAS", "FedAdam", "FedAvgM", "FedAvg")
 FLATNESS_OUT = OUT / "flatness"
 SETTINGS = {"examples": 2000, "rho": (0.01, 0.05, 0.1), "directions": 10, "max_hvps": 200, "seed": 0}
+SAME_LOSS_LABELS = ("FedAdamom", "FedAdam", "FedAvgM")  # the methods the claim names
+SAME_LOSS_OUT = OUT / "flatness_same_loss"
+RETRAINED = REPO / "runs" / OUT.name / "flatness_same_loss"  # the retrained runs, while their seed is measured
+EVERY_CHECKPOINT = 100_000  # checkpoint.keep: more than any run's rounds, so that every round's model stays
 
 
 def _shown(path: Path) -> str:
@@ -31,12 +50,13 @@ def flatness_file(s: dict, out: Path = FLATNESS_OUT) -> Path:
     return out / Path(s["summary"]).name
 
 
-def measure(s: dict, out: Path = FLATNESS_OUT) -> dict:
-    """The flatness of run ``s``'s final model, written to its JSON (atomically) and returned."""
+def measure(s: dict, out: Path = FLATNESS_OUT, checkpoint: Path | None = None, extra: dict | None = None) -> dict:
+    """The flatness of run ``s``'s final model (or of ``checkpoint``, with ``extra`` fields), written to its
+    JSON (atomically) and returned."""
     from fedrun.flatness import measure_flatness
 
     start = time.time()
-    f = measure_flatness(run_dir(s), **SETTINGS)
+    f = measure_flatness(checkpoint or run_dir(s), **SETTINGS)
     label, _, setting = s["label"].partition(" ")
     record = {"label": label, "setting": setting, "seed": s["seed"], "checkpoint": _shown(Path(f.checkpoint)),
               "round": f.round, "top_eigenvalue": f.top_eigenvalue, "hvps": f.hvps, "residual": f.residual,
@@ -44,7 +64,7 @@ def measure(s: dict, out: Path = FLATNESS_OUT) -> dict:
               "loss_increase": f.loss_increase, "loss_increase_std": f.loss_increase_std,
               "train_loss": f.train_loss, "train_accuracy": f.train_accuracy, "test_accuracy": f.test_accuracy,
               "examples": f.examples, "directions": f.directions, "flatness_seed": f.seed,
-              "wall_s": round(time.time() - start, 2)}
+              **(extra or {}), "wall_s": round(time.time() - start, 2)}
     path = flatness_file(s, out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -80,3 +100,68 @@ def flatness_all(specs: list[dict], out: Path = FLATNESS_OUT, dry_run: bool = Fa
     for label in LABELS:
         if not any(s["label"].split(" ")[0] == label for s in specs):
             print(f"  no runs of {label} yet: its value is not chosen (its grid on the tuning seeds is unfinished)")
+
+
+def trajectory_spec(s: dict, runs: Path = RETRAINED) -> dict:
+    """``s`` retrained with a checkpoint after every round, all kept, in a run directory of its own under
+    ``runs`` (its summary inside it: the committed summary stays the run's record)."""
+    folder = runs / Path(s["summary"]).stem
+    overrides = [o for o in s["overrides"] if not o.startswith("run.dir=")]
+    return {**s, "overrides": [*overrides, f"run.dir={folder}", "checkpoint.every=1",
+                               f"checkpoint.keep={EVERY_CHECKPOINT}"], "summary": f"{folder}/summary.json"}
+
+
+def first_at_or_below(losses: list[float], target: float) -> int:
+    """The index of the first loss <= ``target`` (a NaN is never at or below it)."""
+    return next(i for i, v in enumerate(losses) if v <= target)
+
+
+def same_loss_seed(specs: list[dict], out: Path = SAME_LOSS_OUT, runs: Path = RETRAINED) -> str:
+    """Measure the runs ``specs`` (one per method, one seed) at their common training loss L* (the module's
+    docstring); returns what happened, for the progress line."""
+    from fedrun.flatness import sample_losses
+
+    if all(flatness_file(s, out).is_file() for s in specs):
+        return "measured already"
+    retrained = [trajectory_spec(s, runs) for s in specs]
+    for r in retrained:
+        if run_one(r) == "diverged" or not load(r)["finite"]:
+            return f"{r['label']} diverged in the retraining: no common loss"
+    curves = []
+    for r in retrained:
+        checkpoints = sorted(run_dir(r).glob("ckpt_*.h5"))
+        curves.append((checkpoints, sample_losses(checkpoints, SETTINGS["examples"], SETTINGS["seed"])))
+    target = max(min((v for v in losses if math.isfinite(v)), default=math.inf) for _, losses in curves)
+    if not math.isfinite(target):
+        return "a loss curve without a finite value: no common loss"
+    for s, (checkpoints, losses) in zip(specs, curves, strict=True):
+        at = first_at_or_below(losses, target)
+        measure(s, out, checkpoints[at], {"target_loss": target, "rounds_trained": len(losses),
+                                          "loss_curve": losses})
+    for r in retrained:
+        shutil.rmtree(run_dir(r))
+    return f"L* = {target:.4f}"
+
+
+def same_loss_all(specs: list[dict], out: Path = SAME_LOSS_OUT, runs: Path = RETRAINED,
+                  dry_run: bool = False) -> None:
+    """``same_loss_seed`` for every seed of ``specs`` whose three methods (SAME_LOSS_LABELS) have run, with a
+    progress line per seed (``dry_run``: list the seeds to measure)."""
+    by_seed: dict[int, dict[str, dict]] = {}
+    for s in specs:
+        label = s["label"].split(" ")[0]
+        if label in SAME_LOSS_LABELS:
+            by_seed.setdefault(s["seed"], {})[label] = s
+    ready = {seed: [runs[m] for m in SAME_LOSS_LABELS] for seed, runs in sorted(by_seed.items())
+             if len(runs) == len(SAME_LOSS_LABELS)}
+    todo = [seed for seed, runs in ready.items() if not all(flatness_file(s, out).is_file() for s in runs)]
+    print(f"flatness at the same loss: {len(ready) - len(todo)} of {len(ready)} seeds measured already, "
+          f"{len(todo)} to do", flush=True)
+    start = time.time()
+    for i, seed in enumerate([] if dry_run else todo, 1):
+        status = same_loss_seed(ready[seed], out, runs)
+        elapsed = time.time() - start
+        print(f"[{i}/{len(todo)}] seed {seed}: {status}; elapsed {elapsed:.0f}s, "
+              f"ETA {elapsed / i * (len(todo) - i):.0f}s", flush=True)
+    for seed in todo if dry_run else []:
+        print(f"  to measure: seed {seed}")

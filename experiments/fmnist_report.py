@@ -1,7 +1,8 @@
 """Tables, plots, claims and the FedSUM diagnosis of experiments/fmnist.py (``report`` and ``diagnose`` steps).
 
 Reads only the run summaries under docs/results/fmnist_10seeds/ (and those of the paper-settings runs,
-``fmnist_runs.PAPER_OUT``, and the flatness measurements in its ``flatness`` folder); writes
+``fmnist_runs.PAPER_OUT``, and the flatness measurements in its ``flatness`` and ``flatness_same_loss``
+folders); writes
 docs/results/fmnist_10seeds/tables.md, summary.json and the PNGs, and copies every table block into
 docs/results.md between its markers ``<!-- tables.md: NAME -->`` and ``<!-- end NAME -->``, so that
 ``python experiments/fmnist.py report`` is the one command that regenerates the page's numbers.
@@ -31,6 +32,7 @@ import claims
 import numpy as np
 import yaml
 from fmnist_claims import page_claims
+from fmnist_flatness import SAME_LOSS_LABELS
 from fmnist_runs import (
     ADAM_LR_GRID,
     ALPHAS,
@@ -71,7 +73,6 @@ from fmnist_runs import (
 from stats import Paired, paired
 
 PAGE = REPO / "docs" / "results.md"
-FLATNESS = OUT / "flatness"
 CHANCE = 0.1  # the accuracy a diverged run counts as (ten classes)
 BASELINES = ["FedAvg", "FedAU", "FedAWE", "FedVARP", "MIFA", "SCAFFOLD"]
 FLATNESS_METHODS = ("FedAdamom", "FADAS", "FedAdam", "FedAvgM", "FedAvg")
@@ -439,30 +440,36 @@ def fedadamom_section(rep: Report) -> None:
     rep.blocks["beta2"] = table
 
 
-def flatness_section(rep: Report) -> None:
-    """Top Hessian eigenvalue, loss increase at each rho and test accuracy of the FedAdamom comparison's final
-    models, and FedAdamom − each other method, seed-paired."""
+def flatness_section(rep: Report, key: str = "flatness", methods: tuple[str, ...] = FLATNESS_METHODS) -> None:
+    """Top Hessian eigenvalue, loss increase at each rho, training loss and test accuracy of the FedAdamom
+    comparison's models measured in ``OUT / key`` (``flatness``: the final models; ``flatness_same_loss``:
+    the models at each seed's common training loss, with the round each reached it), and FedAdamom − each
+    other method, seed-paired."""
+    folder = OUT / key
     rows: dict[str, dict[int, dict]] = {}
-    for path in sorted(FLATNESS.glob("**/*.json")) if FLATNESS.is_dir() else []:
+    for path in sorted(folder.glob("**/*.json")) if folder.is_dir() else []:
         r = json.loads(path.read_text())
         rows.setdefault(r["label"].split(" ")[0], {})[int(r["seed"])] = r
-    done = sum(len(rows.get(m, {})) for m in FLATNESS_METHODS)
-    if done < len(FLATNESS_METHODS) * N:
-        status = f"pending: {done} of {len(FLATNESS_METHODS) * N} measurements finished"
-        rep.blocks["flatness"] = status + "\n"
+    done = sum(len(rows.get(m, {})) for m in methods)
+    if done < len(methods) * N:
+        status = f"pending: {done} of {len(methods) * N} measurements finished"
+        rep.blocks[key] = status + "\n"
         return
-    rows = {m: rows[m] for m in FLATNESS_METHODS}
+    rows = {m: rows[m] for m in methods}
     rhos = next(iter(rows["FedAdamom"].values()))["rho"]
+    same_loss = key == "flatness_same_loss"
 
     def get(runs: dict[int, dict], key: str, i: int | None = None) -> dict[int, float | None]:
         return {s: (r[key] if i is None else r[key][i]) for s, r in runs.items()}
 
     # the loss increases are of order 1e-3 (their spread over directions larger than their mean): shown in
     # units of 1e-3 so that the table keeps their digits
-    head = ["method", "top eigenvalue"] + [f"loss increase (1e-3), ρ = {rho}" for rho in rhos] + ["test acc. (%)"]
+    head = ["method", *(["round"] if same_loss else []), "train loss", "top eigenvalue"]
+    head += [f"loss increase (1e-3), ρ = {rho}" for rho in rhos] + ["test acc. (%)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m, runs in rows.items():
-        cells = [m, ms(get(runs, "top_eigenvalue").values(), 1, 2)]
+        cells = [m, *([ms(get(runs, "round").values(), 1, 1)] if same_loss else []),
+                 ms(get(runs, "train_loss").values(), 1, 3), ms(get(runs, "top_eigenvalue").values(), 1, 2)]
         cells += [ms(get(runs, "loss_increase", i).values(), 1e3, 2) for i in range(len(rhos))]
         cells.append(ms(get(runs, "test_accuracy").values(), 100, 1))
         lines.append("| " + " | ".join(cells) + " |")
@@ -482,8 +489,8 @@ def flatness_section(rep: Report) -> None:
                      + f" | {delta(acc, 100, 1)} |")
         data[m] = {"top_eigenvalue": eig.as_dict(), "loss_increase": [p.as_dict() for p in inc],
                    "test_accuracy": acc.as_dict()}
-    rep.summary["flatness"] = data
-    rep.blocks["flatness"] = "\n".join(lines) + "\n"
+    rep.summary[key] = data
+    rep.blocks[key] = "\n".join(lines) + "\n"
 
 
 def paper_section(rep: Report, tuned: dict | None) -> None:
@@ -693,7 +700,8 @@ def plot_fedadamom(path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- report
 
 BLOCKS = ("claims", "neutrality", "tuning", "fedsum_tuned", "fedsum_shared", "budget", "diagnosis", "cases",
-          "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "paper", "probe")
+          "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "flatness_same_loss", "paper",
+          "probe")
 PLOTS = {"fedsum_tuned": "FedSUM comparison, each at its own eta_0", "fedsum_shared": "FedSUM comparison, shared eta_0",
          "fedadamom": "FedAdamom comparison", "paper": "FedSUM at its paper's settings, seed 0",
          }  # written by their sections once all their runs are finished
@@ -723,6 +731,7 @@ def report() -> None:
     fadamgc_section(rep, tuned)
     fedadamom_section(rep)
     flatness_section(rep)
+    flatness_section(rep, "flatness_same_loss", SAME_LOSS_LABELS)
     paper_section(rep, tuned)
     probe_section(rep)
     escape_section(rep)

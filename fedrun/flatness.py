@@ -57,7 +57,7 @@ from torch.func import grad, jvp
 
 from fedrun.data.client_source import ClientSource
 from fedrun.errors import CheckpointError
-from fedrun.export import read_global_model, rebuild_module
+from fedrun.export import SavedModel, read_global_model, rebuild_module
 from fedrun.federation.build import client_data
 from fedrun.training.evaluate import evaluate_examples
 from fedrun.training.flat_model import FlatModel
@@ -102,11 +102,20 @@ class SampleLoss:
         self.batch_size = batch_size
         model.module.eval()
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The model's parameter dtype (the sample's inputs are in it)."""
+        return next(self.model.module.parameters()).dtype
+
     def per_example(self, x: Tensor) -> Tensor:
         """[n, 2]: each example's loss and whether it is classified correctly, in fixed batches."""
         out = evaluate_examples(self.model, self.loss_fn, x, self.inputs, self.targets, self.batch_size)
         self.model.module.eval()  # evaluate_examples leaves the module in training mode
         return out
+
+    def fit(self, x: Tensor) -> Tensor:
+        """[L(x), accuracy] in float64: the per-example means."""
+        return self.per_example(x).double().mean(dim=0)
 
     def value(self, x: Tensor) -> float:
         """L(x), the per-example losses summed in float64."""
@@ -228,20 +237,15 @@ def sample_examples(source: ClientSource, count: int, seed: int) -> tuple[np.nda
     return np.concatenate(xs), np.concatenate(ys)
 
 
-def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[float] = (0.01, 0.05, 0.1),
-                     directions: int = 10, max_hvps: int = 200, seed: int = 0) -> Flatness:
-    """The flatness measures of the global model of ``source`` (a run directory: its newest valid
-    checkpoint; or a checkpoint file), on the CPU."""
-    saved = read_global_model(source)
+def _sample_losses(saved: SavedModel, examples: int, seed: int) -> tuple[SampleLoss, SampleLoss, bool]:
+    """L on the seeded sample of ``examples`` training examples and on the pooled test set, for the run
+    ``saved`` comes from (its data config and partition, its model), and whether the task classifies."""
     cfg = saved.cfg
     data = client_data(cfg, cfg.run.seed)  # the run's own clients; checks that the model fits the data
     module = rebuild_module(saved, data.task.input_shape, data.task.num_classes)
     dtype = next(module.parameters()).dtype
     classification = data.task.task == "classification"
     model, loss_fn = FlatModel(module), loss_for(data.task.task)
-    x = saved.x.to(dtype)
-    if not bool(torch.isfinite(x).all()):
-        raise CheckpointError(f"{saved.checkpoint}: server/x has non-finite values; expected a trained model")
 
     def tensors(a: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:
         a, y = torch.as_tensor(a), torch.as_tensor(y)
@@ -249,9 +253,21 @@ def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[flo
 
     train = SampleLoss(model, loss_fn, *tensors(*sample_examples(data, examples, seed)))
     test = SampleLoss(model, loss_fn, *tensors(data.task.x_test, data.task.y_test), cfg.eval.batch_size)
-    fit = train.per_example(x).double().mean(dim=0)
+    return train, test, classification
+
+
+def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[float] = (0.01, 0.05, 0.1),
+                     directions: int = 10, max_hvps: int = 200, seed: int = 0) -> Flatness:
+    """The flatness measures of the global model of ``source`` (a run directory: its newest valid
+    checkpoint; or a checkpoint file), on the CPU."""
+    saved = read_global_model(source)
+    train, test, classification = _sample_losses(saved, examples, seed)
+    x = saved.x.to(train.dtype)
+    if not bool(torch.isfinite(x).all()):
+        raise CheckpointError(f"{saved.checkpoint}: server/x has non-finite values; expected a trained model")
+    fit = train.fit(x)
     eig = top_eigenvalue(lambda v: train.hvp(x, v), len(x), max_hvps, seed)
-    means, stds = loss_increase(train.value, x, model.shapes, rho, directions, seed)
+    means, stds = loss_increase(train.value, x, train.model.shapes, rho, directions, seed)
     return Flatness(
         checkpoint=str(saved.checkpoint), round=saved.rounds, examples=len(train.targets), seed=seed,
         top_eigenvalue=eig.value, hvps=eig.hvps, residual=eig.residual, converged=eig.converged,
@@ -259,6 +275,27 @@ def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[flo
         loss_increase=means, loss_increase_std=stds, train_loss=float(fit[0]),
         train_accuracy=float(fit[1]) if classification else None,
         test_accuracy=float(test.per_example(x)[:, 1].double().mean()) if classification else None)
+
+
+def sample_losses(checkpoints: Sequence[str | Path], examples: int = 2000, seed: int = 0) -> list[float]:
+    """L(x) at each of ``checkpoints`` (checkpoint files of one run) on the sample ``measure_flatness`` draws
+    with the same ``examples`` and ``seed``, each value the bits of its ``train_loss``; the data are built
+    once. It places a run's checkpoints on one training-loss scale, so that flatness can be compared
+    between models that reached the same training loss, not only the same round."""
+    saved = [read_global_model(c) for c in checkpoints]
+    if not saved:
+        return []
+    first = saved[0]
+
+    def run_of(s: SavedModel) -> tuple:
+        return s.cfg.data, s.cfg.model, s.cfg.run.seed, s.cfg.run.dtype
+
+    for s in saved[1:]:
+        if run_of(s) != run_of(first):
+            raise CheckpointError(f"{s.checkpoint}: not a checkpoint of the run of {first.checkpoint} "
+                                  "(its data, model, seed or dtype differ); expected checkpoints of one run")
+    train = _sample_losses(first, examples, seed)[0]
+    return [float(train.fit(s.x.to(train.dtype))[0]) for s in saved]
 
 
 def format_flatness(f: Flatness) -> str:

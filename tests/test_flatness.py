@@ -24,7 +24,9 @@ from fedrun.flatness import (
     SampleLoss,
     filter_normalize,
     loss_increase,
+    measure_flatness,
     random_directions,
+    sample_losses,
     top_eigenvalue,
 )
 from fedrun.training.flat_model import FlatModel
@@ -131,7 +133,7 @@ def test_the_loss_increase_is_invariant_to_relu_rescaling_and_the_eigenvalue_is_
 
 
 TINY = ["--config", "configs/quickstart.yaml", "data.num_clients=10", "participation.clients_per_round=3",
-        "local.steps=2", "local.strategy=sequential", "eval.every=0", "run.rounds=2"]
+        "local.steps=2", "local.strategy=sequential", "eval.every=0", "run.rounds=2", "checkpoint.every=1"]
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +171,35 @@ def test_flatness_of_a_cnn_checkpoint_is_finite_and_repeats_for_the_same_seed(cn
     table = flatness(str(cnn_run), *small)
     assert table.returncode == 0 and "top Hessian eigenvalue" in table.stdout
     assert f"{out['top_eigenvalue']:.6g}" in table.stdout
+
+
+def test_sample_losses_are_each_checkpoints_train_loss_and_refuse_another_runs_checkpoint(cnn_run, tmp_path):
+    """The training loss along a run (what the same-loss flatness comparison picks its models by) is
+    measure_flatness's train_loss bit for bit at every checkpoint, and moves between rounds; a checkpoint of
+    a run with other data is refused by name."""
+    import shutil
+
+    import h5py
+
+    from fedrun.errors import CheckpointError
+
+    first, last = cnn_run / "ckpt_00000001.h5", cnn_run / "ckpt_00000002.h5"
+    losses = sample_losses([first, last], examples=300, seed=0)
+    for path, loss in zip((first, last), losses, strict=True):
+        assert loss == measure_flatness(path, examples=300, rho=(0.1,), directions=1, max_hvps=40).train_loss
+    assert losses[0] != losses[1] and all(math.isfinite(v) for v in losses)
+    assert sample_losses([last], examples=300, seed=1) != losses[1:]  # another seed, another sample
+    other = tmp_path / "other_run.h5"
+    shutil.copy(last, other)
+    with h5py.File(other, "r+") as f:  # the same model on a partition into 11 clients: another run
+        config = f["meta/config"].asstr()[()]
+        assert "num_clients: 10" in config
+        config = config.replace("num_clients: 10", "num_clients: 11")
+        del f["meta/config"]
+        f.create_dataset("meta/config", data=config, dtype=h5py.string_dtype("utf-8"))
+        f["meta/config"].attrs["crc32"] = np.uint32(zlib.crc32(config.encode()))
+    with pytest.raises(CheckpointError, match="other_run.h5: not a checkpoint of the run of"):
+        sample_losses([first, other], examples=300)
 
 
 @pytest.mark.parametrize("args, names", [
@@ -258,3 +289,43 @@ def test_the_fmnist_flatness_step_measures_trained_runs_once_and_lists_the_rest(
     fmnist_flatness.flatness_all(specs, out)
     assert "1 of 4 runs measured already, 0 to do" in capsys.readouterr().out
     assert (out / "FedAvg_s0.json").read_bytes() == before
+
+
+def test_the_same_loss_step_measures_each_method_at_its_first_round_at_or_below_the_common_loss(tmp_path, capsys,
+                                                                                              monkeypatch):
+    """experiments/fmnist_flatness.py's same-loss step on three tiny real runs: L* is the largest of the three
+    curves' minima, each method is measured at its first round at or below it (the measured model's loss is
+    that round's point of its curve), a method outside the claim is left out, the retrained runs are deleted,
+    and a second call measures nothing again."""
+    sys.path.insert(0, str(REPO / "experiments"))
+    import fmnist_flatness
+
+    monkeypatch.setattr(fmnist_flatness, "SETTINGS", {"examples": 200, "rho": (0.05,), "directions": 2,
+                                                      "max_hvps": 40, "seed": 0})
+    tiny = ["data.num_clients=10", "participation.clients_per_round=3", "local.steps=2", "local.strategy=sequential",
+            "eval.every=0", "run.rounds=4", "run.seed=0"]
+    methods = {"FedAdamom": ["algorithm.name=fedadamom", "algorithm.global_lr=1.0"],
+               "FedAdam": ["algorithm.name=fedadam", "algorithm.global_lr=0.01"],
+               "FedAvgM": ["algorithm.name=fedavgm", "algorithm.global_lr=0.3"],
+               "FedAvg": ["algorithm.name=fedavg"]}
+    specs = [{"group": "g", "label": f"{m} lr", "seed": 0, "base": "configs/quickstart.yaml",
+              "overrides": [*tiny, *o, f"run.dir={tmp_path / 'committed' / m}"],
+              "summary": str(tmp_path / "summaries" / f"{m}_s0.json")} for m, o in methods.items()]
+    out, runs = tmp_path / "same_loss", tmp_path / "retrained"
+    fmnist_flatness.same_loss_all(specs, out, runs)
+    assert "0 of 1 seeds measured already, 1 to do" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["FedAdam_s0.json", "FedAdamom_s0.json", "FedAvgM_s0.json"]
+    records = [json.loads((out / f"{m}_s0.json").read_text()) for m in ("FedAdamom", "FedAdam", "FedAvgM")]
+    target = records[0]["target_loss"]
+    assert target == max(min(r["loss_curve"]) for r in records)
+    for r in records:
+        curve = r["loss_curve"]
+        assert r["target_loss"] == target and r["rounds_trained"] == len(curve) == 4
+        assert r["round"] == 1 + next(i for i, v in enumerate(curve) if v <= target)
+        assert r["train_loss"] == curve[r["round"] - 1]  # the measured model is that round's checkpoint
+    assert any(r["train_loss"] == target for r in records)  # the method that sets L*, at its lowest point
+    assert list(runs.iterdir()) == [] and not (tmp_path / "committed").exists()
+    before = (out / "FedAdam_s0.json").read_bytes()
+    fmnist_flatness.same_loss_all(specs, out, runs)
+    assert "1 of 1 seeds measured already, 0 to do" in capsys.readouterr().out
+    assert (out / "FedAdam_s0.json").read_bytes() == before
