@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from claims import ClaimSpec
-from fmnist_flatness import FLATNESS_OUT, SAME_LOSS_OUT, flatness_file
+from fmnist_flatness import FLATNESS_OUT, SAME_LOSS_LABELS, SAME_LOSS_OUT, flatness_file
 from fmnist_runs import (
     ALPHAS,
     CASE2_PROBABILITIES,
@@ -257,7 +257,7 @@ def fedadamom_claims() -> list[ClaimSpec]:
 
     def measured(out: Path) -> dict[str, tuple[str, ...]]:
         return {m: tuple(str(flatness_file(s, out).relative_to(REPO)) for s in trained
-                         if s["label"].split(" ")[0] == m) for m in ("FedAdamom", "FedAdam", "FedAvgM")}
+                         if s["label"].split(" ")[0] == m) for m in SAME_LOSS_LABELS}
 
     flat, same_loss = measured(FLATNESS_OUT), measured(SAME_LOSS_OUT)
     devs = (*FEDADAMOM_DEVIATIONS,

@@ -125,7 +125,10 @@ def same_loss_seed(specs: list[dict], out: Path = SAME_LOSS_OUT, runs: Path = RE
         return "measured already"
     retrained = [trajectory_spec(s, runs) for s in specs]
     for r in retrained:
-        if run_one(r) == "diverged" or not load(r)["finite"]:
+        status, summary = run_one(r), load(r)
+        if summary is None:  # the run failed (its error is in the summary's .error.txt)
+            return f"{r['label']} did not finish in the retraining ({status}): no common loss"
+        if not summary["finite"]:
             return f"{r['label']} diverged in the retraining: no common loss"
     curves = []
     for r in retrained:
@@ -152,9 +155,10 @@ def same_loss_all(specs: list[dict], out: Path = SAME_LOSS_OUT, runs: Path = RET
         label = s["label"].split(" ")[0]
         if label in SAME_LOSS_LABELS:
             by_seed.setdefault(s["seed"], {})[label] = s
-    ready = {seed: [runs[m] for m in SAME_LOSS_LABELS] for seed, runs in sorted(by_seed.items())
-             if len(runs) == len(SAME_LOSS_LABELS)}
-    todo = [seed for seed, runs in ready.items() if not all(flatness_file(s, out).is_file() for s in runs)]
+    ready = {seed: [methods[m] for m in SAME_LOSS_LABELS] for seed, methods in sorted(by_seed.items())
+             if len(methods) == len(SAME_LOSS_LABELS)}
+    todo = [seed for seed, seed_specs in ready.items()
+            if not all(flatness_file(s, out).is_file() for s in seed_specs)]
     print(f"flatness at the same loss: {len(ready) - len(todo)} of {len(ready)} seeds measured already, "
           f"{len(todo)} to do", flush=True)
     start = time.time()

@@ -32,6 +32,7 @@ import claims
 import numpy as np
 import yaml
 from fmnist_claims import page_claims
+from fmnist_flatness import LABELS as FLATNESS_METHODS
 from fmnist_flatness import SAME_LOSS_LABELS
 from fmnist_runs import (
     ADAM_LR_GRID,
@@ -75,7 +76,6 @@ from stats import Paired, paired
 PAGE = REPO / "docs" / "results.md"
 CHANCE = 0.1  # the accuracy a diverged run counts as (ten classes)
 BASELINES = ["FedAvg", "FedAU", "FedAWE", "FedVARP", "MIFA", "SCAFFOLD"]
-FLATNESS_METHODS = ("FedAdamom", "FADAS", "FedAdam", "FedAvgM", "FedAvg")
 N = len(SEEDS)
 
 # ------------------------------------------------------------------------------------------- values
@@ -457,7 +457,7 @@ def flatness_section(rep: Report, key: str = "flatness", methods: tuple[str, ...
         return
     rows = {m: rows[m] for m in methods}
     rhos = next(iter(rows["FedAdamom"].values()))["rho"]
-    same_loss = key == "flatness_same_loss"
+    same_loss = "target_loss" in next(iter(rows["FedAdamom"].values()))  # measured at a common loss: show the round
 
     def get(runs: dict[int, dict], key: str, i: int | None = None) -> dict[int, float | None]:
         return {s: (r[key] if i is None else r[key][i]) for s, r in runs.items()}

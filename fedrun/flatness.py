@@ -237,7 +237,7 @@ def sample_examples(source: ClientSource, count: int, seed: int) -> tuple[np.nda
     return np.concatenate(xs), np.concatenate(ys)
 
 
-def _sample_losses(saved: SavedModel, examples: int, seed: int) -> tuple[SampleLoss, SampleLoss, bool]:
+def _sample_and_test_losses(saved: SavedModel, examples: int, seed: int) -> tuple[SampleLoss, SampleLoss, bool]:
     """L on the seeded sample of ``examples`` training examples and on the pooled test set, for the run
     ``saved`` comes from (its data config and partition, its model), and whether the task classifies."""
     cfg = saved.cfg
@@ -261,7 +261,7 @@ def measure_flatness(source: str | Path, examples: int = 2000, rho: Sequence[flo
     """The flatness measures of the global model of ``source`` (a run directory: its newest valid
     checkpoint; or a checkpoint file), on the CPU."""
     saved = read_global_model(source)
-    train, test, classification = _sample_losses(saved, examples, seed)
+    train, test, classification = _sample_and_test_losses(saved, examples, seed)
     x = saved.x.to(train.dtype)
     if not bool(torch.isfinite(x).all()):
         raise CheckpointError(f"{saved.checkpoint}: server/x has non-finite values; expected a trained model")
@@ -294,7 +294,7 @@ def sample_losses(checkpoints: Sequence[str | Path], examples: int = 2000, seed:
         if run_of(s) != run_of(first):
             raise CheckpointError(f"{s.checkpoint}: not a checkpoint of the run of {first.checkpoint} "
                                   "(its data, model, seed or dtype differ); expected checkpoints of one run")
-    train = _sample_losses(first, examples, seed)[0]
+    train = _sample_and_test_losses(first, examples, seed)[0]
     return [float(train.fit(s.x.to(train.dtype))[0]) for s in saved]
 
 
