@@ -245,7 +245,7 @@ def final_models(ranks: int, tmp_path: Path, configs: dict[str, dict | list[str]
     overrides of the defaults. The runs go through tests/mpi_models.py one after another; they must share
     ``run.device``. Returns {name: RunResult.x} (in the run's dtype). Batch what you compare: every launch
     pays seconds of start-up."""
-    spec = {name: cfg if isinstance(cfg, dict) else _from_overrides(cfg) for name, cfg in configs.items()}
+    spec = {name: cfg if isinstance(cfg, dict) else config_dict(cfg) for name, cfg in configs.items()}
     launch = next(_LAUNCHES)
     spec_path, out = tmp_path / f"models_{launch}.json", tmp_path / f"models_{launch}.npz"
     spec_path.write_text(json.dumps(spec))
@@ -254,7 +254,8 @@ def final_models(ranks: int, tmp_path: Path, configs: dict[str, dict | list[str]
         return {name: z[name] for name in configs}
 
 
-def _from_overrides(overrides: list[str]) -> dict:
+def config_dict(overrides: list[str]) -> dict:
+    """The config dict that ``section.key=value`` overrides of the defaults make (as ``fedrun.run`` takes)."""
     out: dict = {}
     for item in overrides:
         apply_override(out, item)

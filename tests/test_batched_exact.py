@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import federation, final_model, final_models
+from helpers import config_dict, federation, final_models
 
 from fedrun.algorithms.fadamgc import AMSGrad
 from fedrun.algorithms.fafed import Storm
@@ -190,4 +190,7 @@ def test_default_runs_are_the_same_bits_on_one_two_and_three_ranks(tmp_path):
         assert np.array_equal(two[name], one[name]), name
         assert np.array_equal(three[name], one[name]), name
     assert np.abs(one["fedavg"] - one["init"]).max() > 1e-3
-    assert not np.array_equal(final_model(0, tmp_path, [*BASE, "local.strategy=sequential"]), one["fedavg"])
+    # what the same bits rest on: these runs took the batched block (whether its bits also equal the
+    # one-client-at-a-time loop's depends on the CPU's kernels, so that is not asserted either way)
+    for name, overrides in RUNS.items():
+        assert federation(config_dict(overrides)).strategy == "batched", name
