@@ -10,6 +10,12 @@ repetitions of each run's median s/round (rounds 4..end) with the min-max over r
 of every system's time to fedrun on 2 ranks, its speed-up over the bare loop (bare's time / its time),
 and the final accuracy (a system that is fast but learns
 less is not faster). ``--record`` appends the table to bench/RESULTS.md with the date and machine.
+
+Many small operations suffer more from a loaded machine than a few batched ones, so a ratio measured under
+load flatters the batched side. Every run records the 1-minute load average just before it starts; the
+table shows the largest per system, and a system whose load exceeded the cores the machine has left for it
+(cores minus the processes the system runs) is marked ``loaded``: its ratios are not to be quoted, and
+``--record`` refuses such a table unless ``--allow-loaded``.
 ``--baseline DIR`` adds ``fedrun-1@base`` and ``fedrun-2@base``: the fedrun of another checkout (a git
 worktree of an earlier commit), run by that checkout's own bench/fedrun_side.py in the same interleaved
 turns, so that a change's speed is measured side by side with the code before it.
@@ -29,6 +35,9 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ENVS = BENCH / ".envs"
+# processes each system runs (the cores it needs for itself)
+PROCESSES = {"bare": 1, "fedrun-1": 1, "fedrun-2": 2, "pfl-1": 1, "pfl-2": 2, "flower": 2,
+             "fedrun-1@base": 1, "fedrun-2@base": 2}
 SYSTEMS = {
     "bare": (sys.executable, ["bare_loop.py"]),
     "fedrun-1": (sys.executable, ["fedrun_side.py", "--ranks", "1"]),
@@ -39,8 +48,14 @@ SYSTEMS = {
 }
 
 
+def quiet_for(system: str, load: float) -> bool:
+    """Whether a 1-minute load average of ``load`` left ``system`` the cores it runs on."""
+    return load <= (os.cpu_count() or 1) - PROCESSES[system] + 0.5
+
+
 def run_once(system: str, workload: str, extra: list[str]) -> dict:
     python, args = SYSTEMS[system]
+    load = os.getloadavg()[0]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([python, *args, "--workload", workload, *extra], cwd=BENCH, env=env,
                           capture_output=True, text=True, timeout=3600)
@@ -50,7 +65,7 @@ def run_once(system: str, workload: str, extra: list[str]) -> dict:
         except json.JSONDecodeError:
             continue
         if "system" in rec:
-            return rec
+            return {**rec, "load": load}
     raise RuntimeError(f"{system} on {workload} printed no result (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
 
 
@@ -61,6 +76,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--rounds", type=int, help="override the workloads' rounds (quick checks)")
     p.add_argument("--record", action="store_true", help="append the table to bench/RESULTS.md")
+    p.add_argument("--allow-loaded", action="store_true", help="--record a table with runs on a loaded machine")
     p.add_argument("--baseline", type=Path, help="a checkout of an earlier fedrun to run beside this one")
     p.add_argument("--strategy", help="local.strategy of every fedrun system (default: each side's auto)")
     args = p.parse_args()
@@ -72,7 +88,7 @@ def main() -> None:
             SYSTEMS[f"fedrun-{ranks}@base"] = (sys.executable, [str(side), "--ranks", str(ranks)])
             args.systems.append(f"fedrun-{ranks}@base")
     extra = ["--rounds", str(args.rounds)] if args.rounds else []
-    rows = []
+    rows, loaded = [], False
     for workload in args.workloads:
         systems = [s for s in args.systems if Path(SYSTEMS[s][0]).exists()]
         for missing in sorted(set(args.systems) - set(systems)):
@@ -84,22 +100,31 @@ def main() -> None:
                 runs[system].append(run_once(system, workload, [*extra, *forced]))
                 rec = runs[system][-1]
                 chosen = f" ({rec['strategy']}, placement {rec['placement']})" if "strategy" in rec else ""
-                print(f"{workload} rep {rep + 1} {system}: {rec['s_per_round_median']:.4f} s/round{chosen}",
+                print(f"{workload} rep {rep + 1} {system}: {rec['s_per_round_median']:.4f} s/round{chosen}, "
+                      f"load {rec['load']:.2f}",
                       file=sys.stderr, flush=True)
         results = {}
         for system, reps in runs.items():
             medians = [r["s_per_round_median"] for r in reps]
             results[system] = (statistics.median(medians), min(medians), max(medians),
                                statistics.median(r["final_accuracy"] for r in reps),
-                               statistics.median(r["total_s"] for r in reps))
+                               statistics.median(r["total_s"] for r in reps), max(r["load"] for r in reps))
+            loaded |= not all(quiet_for(system, r["load"]) for r in reps)
         ref = results.get("fedrun-2", (float("nan"),))[0]
         bare = results.get("bare", (float("nan"),))[0]
-        for system, (med, lo, hi, acc, total) in results.items():
+        for system, (med, lo, hi, acc, total, load) in results.items():
+            mark = "" if quiet_for(system, load) else " loaded"
             rows.append(f"| {workload} | {system} | {med:.4f} | {lo:.4f}-{hi:.4f} | {med / ref:.2f} | "
-                        f"{bare / med:.2f}x | {acc:.3f} | {total:.1f} |")
+                        f"{bare / med:.2f}x | {acc:.3f} | {total:.1f} | {load:.2f}{mark} |")
     table = "\n".join(["| workload | system | median s/round | min-max | ratio to fedrun-2 | speed-up over bare | "
-                       "final acc | total s |", "|---|---|---|---|---|---|---|---|", *rows])
+                       "final acc | total s | max load |", "|---|---|---|---|---|---|---|---|---|", *rows])
     print(table)
+    if loaded:
+        print(f"some runs started with a load average above the cores left for them ({os.cpu_count()} cores): "
+              "their ratios are not quiet-machine figures", file=sys.stderr)
+    if args.record and loaded and not args.allow_loaded:
+        raise SystemExit("bench/run.py: --record refused: the machine was loaded (see 'max load'); rerun on a quiet "
+                         "machine or pass --allow-loaded")
     if args.record:
         machine = f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}"
         stamp = f"{datetime.date.today()} on {platform.node()} ({machine})"

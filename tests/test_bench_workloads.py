@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -118,3 +119,30 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     assert [r["strategy"] for r in report["w1_resnet18"]] == ["sequential", "channels_last", "vmap"]
     assert [(r["model"], r["exact"]) for r in report["batched"]] == [("logistic", True)]  # chunk positions
     assert "| W1 model | strategy |" in (tmp_path / "gpu.md").read_text()
+
+
+def test_round_phases_accounts_for_the_rounds_time(tmp_path):
+    """bench/round_phases.py's table: every phase named, and the phases with 'other' add up to the round."""
+    import re
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "FEDRUN_BENCH_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(repo / "bench" / "round_phases.py"), "--workload", "W2", "--rounds",
+                          "8", "--clients", "40"], check=True, capture_output=True, text=True, timeout=300,
+                         env=env, cwd=repo / "bench").stdout
+    total = float(re.search(r"([\d.]+) ms a round", out).group(1))
+    top = {m[0]: float(m[1]) for m in re.findall(r"^  (\S[\w -]*?)\s+([-\d.]+) ms$", out, re.M)}
+    assert set(top) == {"schedule", "downlink", "batches", "oracle set-up", "solver", "client rules", "exchange",
+                        "bookkeeping", "fingerprint", "other"}
+    assert top["solver"] > 0 and top["exchange"] > 0
+    assert abs(sum(top.values()) - total) < 0.01 * total + 0.01
+
+
+def test_bench_run_marks_runs_on_a_loaded_machine():
+    from bench import run
+
+    cores = os.cpu_count() or 1
+    assert run.quiet_for("fedrun-1", cores - 1) and not run.quiet_for("fedrun-1", cores + 0.6)
+    assert not run.quiet_for("fedrun-2", cores - 1 + 0.6)  # two ranks need two free cores
+    assert set(run.SYSTEMS) <= set(run.PROCESSES)
