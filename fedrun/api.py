@@ -14,7 +14,7 @@ from fedrun.config import Config, apply_overrides, config_from_dict, load_config
 from fedrun.errors import DISK_ERRORS, EXIT_BAD_INPUT, ConfigError, RunFailure, exit_code, writing
 from fedrun.federation.loop import RunOptions, RunResult, train
 from fedrun.metrics.log import standard
-from fedrun.metrics.observer import RoundCallback
+from fedrun.metrics.observer import Observer, RoundCallback
 from fedrun.preflight import check_threads
 from fedrun.runtime.failures import FailureGuard
 from fedrun.runtime.signals import StopSignals
@@ -24,7 +24,8 @@ from fedrun.runtime.world import World, init_world
 def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ...] = (),
         world: World | None = None, progress: bool = False, write_files: bool = True,
         resume: str | None = None, signals: StopSignals | None = None,
-        accept_changes: tuple[str, ...] = (), callback: RoundCallback | None = None) -> RunResult:
+        accept_changes: tuple[str, ...] = (), callback: RoundCallback | None = None,
+        observers: list[Observer] | tuple[Observer, ...] = ()) -> RunResult:
     """Run one experiment in this process (single rank, or this rank of an MPI launch) and return its result.
 
     ``config``: a :class:`Config`, a dict of sections, or a YAML path; ``overrides``: ``section.key=value``
@@ -35,7 +36,9 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
     a fresh run) or a checkpoint path; ``accept_changes``: trajectory settings allowed to differ from the
     checkpoint's (docs/reliability.md). ``callback(record)``: called on rank 0 after every round with the
     round's metrics record (a dict, as in metrics.jsonl); return True to stop the run after that round
-    (a checkpoint is written, result.json is not: resume it later). ``world``, ``signals``: a World and
+    (a checkpoint is written, result.json is not: resume it later). ``observers``: sinks of your own,
+    :class:`fedrun.metrics.observer.Observer` instances called on this rank after the built-in sinks (every
+    rank of a launch passes its own; docs/extending.md, "A metrics sink"). ``world``, ``signals``: a World and
     stop-signal handlers the caller owns (the CLI); by default they are made here.
 
     The :class:`RunResult` holds, on every rank, the final global model ``x`` (a flat numpy vector in the
@@ -58,7 +61,8 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
                 print(f"fedrun: {cfg.algorithm.name} on {cfg.data.name}, {cfg.data.num_clients} clients, "
                       f"{world.size} rank(s) on {world.device}, run dir {run_dir}", flush=True)
             result = train(cfg, world, run_dir, RunOptions(progress=progress, resume=resume, signals=signals,
-                                                           accept_changes=tuple(accept_changes), callback=callback))
+                                                           accept_changes=tuple(accept_changes), callback=callback,
+                                                           observers=tuple(observers)))
             if run_dir is not None and world.is_root and result.rounds_run > 0 and not result.stopped:
                 write_result(run_dir, result.metrics)
     if owns_world:

@@ -76,7 +76,11 @@ def test_the_page_builds_the_package_and_its_commands_run_as_written(tmp_path):
             if "--defaults" in line:
                 assert re.search(r"^model\.width +32 +hidden units$", proc.stdout, re.M), proc.stdout
                 assert re.search(r"^participation\.cooldown +1 +rounds a client", proc.stdout, re.M)
-    assert ran == 5  # train, inspect, config --defaults, the refused resume, sweep --dry-run
+            if line.startswith("head "):  # the sink's file, written once on 2 ranks: a header, then rounds 1, 2
+                lines = proc.stdout.splitlines()
+                assert lines[0] == "round,train_loss,test_accuracy,active_clients", lines
+                assert [row.split(",")[0] for row in lines[1:]] == ["1", "2"], lines
+    assert ran == 6  # train, inspect, head of the sink's file, config --defaults, the refused resume, sweep --dry-run
 
 
 def test_the_pages_error_lines_are_what_fedrun_says(monkeypatch):

@@ -152,3 +152,64 @@ def test_digests_change_with_the_source_only(myfl):
     forget_myfl()
     assert digests(fields) != first  # a new import digests the edited file
     assert np.all([v.startswith("myfl.model:mlp@") for v in digests(fields).values()])
+
+
+def test_a_metrics_sink_plugin_writes_each_round_once_across_a_resume(myfl, tmp_path):
+    """examples/myfl/csv_sink.py, named by metrics.observers: one row per round, the records' values, and a
+    resumed run replaces the rows of the rounds it repeats."""
+    import csv
+
+    import fedrun
+
+    run_dir = tmp_path / "run"
+    base = [*LEAST_SQUARES, "participation.pattern=full", f"run.dir={run_dir}", "eval.every=2",
+            "metrics.observers=[myfl.csv_sink:CsvSink]", "checkpoint.every=2"]
+    fedrun.run({}, [*base, "run.rounds=3"])
+    with (run_dir / "rounds.csv").open() as fh:  # round 3 is past the checkpoint of round 2: a resume repeats it
+        assert [int(r["round"]) for r in csv.DictReader(fh)] == [1, 2, 3]
+    (run_dir / "ckpt_00000003.h5").unlink()
+    result = fedrun.run({}, [*base, "run.rounds=5"], resume="auto")
+    with (run_dir / "rounds.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [int(r["round"]) for r in rows] == [1, 2, 3, 4, 5] == [r["round"] for r in records]
+    assert [float(r["train_loss"]) for r in rows] == [r["train_loss"] for r in records]
+    assert [r["test_accuracy"] for r in rows] == [str(r.get("test_accuracy", "")) for r in records]
+    assert result.rounds_run == 3
+
+
+def test_fedrun_run_takes_observer_instances(tmp_path):
+    import fedrun
+    from fedrun.metrics.observer import Observer
+
+    class Recorder(Observer):
+        def __init__(self) -> None:
+            self.calls: list = []
+
+        def on_start(self, provenance):
+            self.calls.append(("start",))
+
+        def on_round_end(self, record, arrays):
+            self.calls.append(("round", record["round"]))
+            return record["round"] == 3  # a sink may stop the run, like the callback
+
+        def on_stop(self, finished):
+            self.calls.append(("stop", finished))
+
+    recorder = Recorder()
+    result = fedrun.run({}, [*LEAST_SQUARES, "participation.pattern=full", "run.rounds=6"], write_files=False,
+                        observers=[recorder])
+    assert recorder.calls == [("start",), ("round", 1), ("round", 2), ("round", 3), ("stop", False)]
+    assert result.stopped and result.rounds_run == 3
+
+
+@pytest.mark.parametrize("value, words", [
+    ("[myfl.model:mlp]", ["metrics.observers", "myfl.model:mlp", "subclass of fedrun.metrics.observer.Observer"]),
+    ("[nosuchpkg.sinks:Sink]", ["metrics.observers", "cannot import module 'nosuchpkg.sinks'"]),
+    ("[csv]", ["metrics.observers: expected a list of package.module:Class entries, got 'csv'"]),
+])
+def test_a_bad_metrics_sink_refuses_the_run_before_anything_is_written(myfl, tmp_path, capsys, value, words):
+    code, err = cli(["train", "--quiet", f"run.dir={tmp_path / 'run'}", *LEAST_SQUARES, "participation.pattern=full",
+                     "run.rounds=2", f"metrics.observers={value}"], capsys)
+    assert code == 2 and len(err) == 1 and all(w in err[0] for w in words), err
+    assert not (tmp_path / "run").exists()

@@ -5,7 +5,8 @@
   with its own setting ``model.width``;
 * ``myfl.data:blobs``: Gaussian blobs, one natural client group per writer-like cluster;
 * ``myfl.participation:NoRepeat``: S clients per round, none of them active in the last
-  ``participation.cooldown`` rounds (a pattern with state that the checkpoint saves, and its own setting).
+  ``participation.cooldown`` rounds (a pattern with state that the checkpoint saves, and its own setting);
+* ``myfl.csv_sink:CsvSink``: a metrics sink writing every round's record as a row of ``rounds.csv``.
 
 Put ``examples/`` on the Python path (``PYTHONPATH=examples``) and name them in a config.
 """

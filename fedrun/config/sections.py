@@ -157,6 +157,14 @@ class MetricsConfig:
     # else sqlite under run.dir), a tracking URI, or a directory (sqlite in it); null/false: off (docs/evaluation.md)
     mlflow: bool | str | None = None
     mlflow_experiment: str = "fedrun"  # the MLflow experiment of the run (created when missing)
+    # sinks of your own, each package.module:Class, a subclass of fedrun.metrics.observer.Observer constructed as
+    # Class(run_dir) on every rank (run_dir: rank 0's run directory, else None) (docs/extending.md, "A metrics sink")
+    observers: list[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        for value in self.observers:
+            require(isinstance(value, str) and ":" in value, "metrics.observers",
+                    "a list of package.module:Class entries", value)
 
 
 @dataclass

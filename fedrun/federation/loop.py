@@ -32,6 +32,7 @@ from fedrun.federation.build import RunState, Setup, build
 from fedrun.federation.cadence import Checkpoints
 from fedrun.federation.rounds import CLIENT_ARRAYS
 from fedrun.federation.runtime_log import RuntimeLog
+from fedrun.metrics import observer as sinks
 from fedrun.metrics.log import MetricsLog, Progress, flatten
 from fedrun.metrics.mlflow import MlflowLog
 from fedrun.metrics.observer import Observer, Observers, RoundCallback, UserCallback
@@ -51,7 +52,7 @@ class RunResult:
     config: Config | None = None
     rank: int = 0
     rounds_run: int = 0  # rounds this call ran (0: the run had finished before; nothing was written)
-    stopped: bool = False  # the per-round callback stopped the run before run.rounds (it is resumable)
+    stopped: bool = False  # the per-round callback (or a sink) stopped the run before run.rounds (it is resumable)
     module: torch.nn.Module | None = field(default=None, repr=False)  # the model's module (layout of x)
 
     def model(self) -> torch.nn.Module:
@@ -71,6 +72,7 @@ class RunOptions:
     signals: StopSignals | None = None  # stop-signal handlers the caller installed (else: for the rounds only)
     accept_changes: tuple[str, ...] = ()  # trajectory settings a resumed run may change
     callback: RoundCallback | None = None  # rank 0's callback(record) after every round; true stops the run
+    observers: tuple[Observer, ...] = ()  # the caller's own sinks, on every rank (after metrics.observers')
 
 
 def train(cfg: Config, world: World, run_dir: Path | None, options: RunOptions) -> RunResult:
@@ -84,6 +86,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, options: RunOptions) 
     torch.set_num_threads(cfg.run.threads)
     # nothing in the run directory changes before the inputs are checked: a run that is refused, or that
     # fails to load its data or checkpoint, leaves an earlier run's files as they were
+    own = sinks.plugin_observers(cfg.metrics.observers, sinks.observer_types(cfg.metrics.observers),
+                                 run_dir if world.is_root else None)
     path, changes = start_point(cfg, world, run_dir, options.resume, options.accept_changes)
     setup, state = build(cfg, world, run_dir)
     resume_s = _restore(setup, state, path, options)
@@ -96,7 +100,7 @@ def train(cfg: Config, world: World, run_dir: Path | None, options: RunOptions) 
     _record_start(setup, state, path, changes, metrics)
     runtime = RuntimeLog(setup, state, run_dir, resume_s)
     signals = options.signals or StopSignals()
-    observers = Observers(metrics, *_files(setup, state, path is not None), tracker,
+    observers = Observers(metrics, *_files(setup, state, path is not None), tracker, *own, *options.observers,
                           *_on_screen(setup, state, options, signals))
     signals.starting = False  # from here on a stop signal finishes a round and writes a checkpoint
     checkpoints = Checkpoints(setup, state, runtime, signals, announce=world.is_root and options.progress)
@@ -114,7 +118,8 @@ def train(cfg: Config, world: World, run_dir: Path | None, options: RunOptions) 
                 halted = observers.on_round_end(record, arrays)
                 checkpoints.after_round(t + 1, halted)  # a stop signal raises RunInterrupted after the checkpoint
                 if halted:
-                    _say(setup, signals, f"the callback stopped the run after round {t + 1} ({checkpoints.kept()})")
+                    who = "the callback" if options.callback is not None else "a metrics sink"
+                    _say(setup, signals, f"{who} stopped the run after round {t + 1} ({checkpoints.kept()})")
                     break
         finally:
             observers.on_stop(finished=state.next_round == cfg.run.rounds)

@@ -14,14 +14,21 @@ MLflow, the progress line) are observers built in the module that owns each; on 
 built without a run directory and do nothing. The list's order is the order of the writes: metrics.jsonl
 holds a round before any other sink sees it, and the user's callback (:class:`UserCallback`) comes last,
 so a run it stops has already recorded the round everywhere.
+
+A user's own sinks are observers too: ``metrics.observers`` names classes (``package.module:Class``, loaded by
+:func:`observer_types` before the run starts) and ``fedrun.run(observers=[...])`` takes instances; both come
+after the built-in sinks and before the progress line and the callback (docs/extending.md, "A metrics sink").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from fedrun.plugins import call, load
 
 if TYPE_CHECKING:
     from fedrun.runtime.world import World
@@ -64,6 +71,24 @@ class Observers(Observer):
     def on_stop(self, finished: bool) -> None:
         for observer in self.observers:
             observer.on_stop(finished)
+
+
+EXPECTED = "a subclass of fedrun.metrics.observer.Observer, constructed as Class(run_dir)"
+
+
+def observer_types(paths: list[str]) -> list[type[Observer]]:
+    """The classes ``metrics.observers`` names, imported and checked (one ConfigError line naming the field
+    otherwise), so that a sink that cannot be used refuses the run before anything is written."""
+    def accept(obj: Any) -> bool:
+        return isinstance(obj, type) and issubclass(obj, Observer)
+
+    return [load(path, "metrics.observers", EXPECTED, accept) for path in paths]
+
+
+def plugin_observers(paths: list[str], types: list[type[Observer]], run_dir: Path | None) -> list[Observer]:
+    """One instance of each class of ``metrics.observers`` (``paths``: their names, for messages), on every
+    rank: ``Class(run_dir)`` with rank 0's run directory, None elsewhere and when the run writes no files."""
+    return [call("metrics.observers", path, EXPECTED, cls, run_dir) for path, cls in zip(paths, types, strict=True)]
 
 
 class UserCallback(Observer):
