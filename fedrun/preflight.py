@@ -59,10 +59,11 @@ def check_model_fits_data(cfg: Config, task: TaskData | None = None) -> None:
     Cost: one model build and one forward pass on one example, on the CPU.
     """
     if task is None:
-        from fedrun.data import ON_DEMAND, load_task
+        from fedrun.data import open_dataset
+        from fedrun.data.client_source import ClientSource
 
-        on_demand = ON_DEMAND.get(cfg.data.name)
-        task = on_demand(cfg.data, cfg.run.seed).task if on_demand else load_task(cfg.data, cfg.run.seed)
+        data = open_dataset(cfg.data, cfg.run.seed)
+        task = data.task if isinstance(data, ClientSource) else data
     problem = model_data_mismatch(cfg.model.name, task, cfg.model.settings)
     if problem is not None:
         raise ConfigError(problem)

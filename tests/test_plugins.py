@@ -213,3 +213,54 @@ def test_a_bad_metrics_sink_refuses_the_run_before_anything_is_written(myfl, tmp
                      "run.rounds=2", f"metrics.observers={value}"], capsys)
     assert code == 2 and len(err) == 1 and all(w in err[0] for w in words), err
     assert not (tmp_path / "run").exists()
+
+
+def write_npz_clients(root, task):
+    """examples/myfl/npz_clients.py's format, from an in-memory task with natural groups 0..N-1."""
+    (root / "clients").mkdir(parents=True)
+    sizes = np.bincount(task.groups)
+    np.save(root / "sizes.npy", sizes)
+    for i in range(len(sizes)):
+        np.savez(root / "clients" / f"{i}.npz", x=task.x_train[task.groups == i], y=task.y_train[task.groups == i])
+    np.savez(root / "test.npz", x=task.x_test, y=task.y_test, num_classes=task.num_classes)
+
+
+def test_an_on_demand_dataset_plugin_trains_the_same_bits_as_the_same_arrays_held_in_memory(myfl, tmp_path,
+                                                                                            monkeypatch):
+    """examples/myfl/npz_clients.py (a ClientSource plugin, read per client each round) against the built-in
+    ``arrays`` dataset of the same examples (resident, natural partition): the same final model, bit for bit,
+    on 1 process and on 2 real ranks."""
+    from helpers import final_models
+
+    blobs = load_task(load_config(None, ["data.name=myfl.data:blobs", "data.num_clients=12"]).data, 0)
+    order = np.argsort(blobs.groups, kind="stable")  # the arrays in client order: natural clients = groups
+    arrays = tmp_path / "arrays"
+    arrays.mkdir()
+    for name, value in {"x_train": blobs.x_train[order], "y_train": blobs.y_train[order], "x_test": blobs.x_test,
+                        "y_test": blobs.y_test, "groups": blobs.groups[order]}.items():
+        np.save(arrays / f"{name}.npy", value)
+    write_npz_clients(tmp_path / "npz", blobs)
+    base = ["data.num_clients=12", "data.partition=natural", "participation.clients_per_round=5", "run.rounds=4",
+            "local.steps=3", "local.batch_size=8", "local.strategy=sequential", "eval.every=2", "model.name=logistic"]
+    monkeypatch.setenv("PYTHONPATH", str(myfl.parent))  # the ranks import the plugin too
+    configs = {"resident": [*base, "data.name=arrays", f"data.root={arrays}"],
+               "on_demand": [*base, "data.name=myfl.npz_clients:NpzClients", f"data.root={tmp_path / 'npz'}"]}
+    one, two = final_models(0, tmp_path, configs), final_models(2, tmp_path, configs)
+    assert np.array_equal(one["on_demand"], one["resident"]) and np.array_equal(two["on_demand"], one["resident"])
+    assert np.abs(one["resident"]).max() > 0
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda root: np.save(root / "sizes.npy", np.full(12, -1)), ["data.name=myfl.npz_clients:NpzClients",
+                                                                      "num_examples", "non-negative integer"]),
+    (lambda root: np.save(root / "sizes.npy", np.arange(5)), ["data.num_clients: expected 5", "got 12"]),
+])
+def test_a_bad_on_demand_source_is_one_line(myfl, tmp_path, capsys, edit, words):
+    blobs = load_task(load_config(None, ["data.name=myfl.data:blobs", "data.num_clients=12"]).data, 0)
+    write_npz_clients(tmp_path / "npz", blobs)
+    edit(tmp_path / "npz")
+    code, err = cli(["train", "--quiet", f"run.dir={tmp_path / 'run'}", "data.name=myfl.npz_clients:NpzClients",
+                     f"data.root={tmp_path / 'npz'}", "data.num_clients=12", "model.name=logistic", "run.rounds=1"],
+                    capsys)
+    assert code == 2 and len(err) == 1 and all(w in err[0] for w in words), err
+    assert not (tmp_path / "run").exists()

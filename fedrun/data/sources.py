@@ -244,7 +244,7 @@ def load_shakespeare(root: str | None, seed: int = 0, test_fraction: float = 0.2
                     groups=groups, groups_test=groups_test)
 
 
-DATASETS: dict[str, Loader] = {
+ON_DISK: dict[str, Loader] = {
     "mnist": load_mnist,
     "fashion_mnist": load_fashion_mnist,
     "svhn": load_svhn,
@@ -265,11 +265,11 @@ def load_dataset(name: str, root: str | None, seed: int = 0, test_fraction: floa
     runtime never fetches data (compute nodes are often offline); place the files as
     ``docs/datasets.md`` describes.
     """
-    if name not in DATASETS:
-        raise KeyError(f"unknown dataset {name!r} (known: {', '.join(sorted(DATASETS))})")
+    if name not in ON_DISK:
+        raise KeyError(f"unknown dataset {name!r} (known: {', '.join(sorted(ON_DISK))})")
     if download:
         raise DataError(f"dataset {name!r}: download=True is not supported; place the files under data.root "
                         "as docs/datasets.md describes")
     if not 0 < test_fraction < 1:
         raise DataError(f"data.test_fraction: expected a number in (0, 1), got {test_fraction}")
-    return DATASETS[name](root, seed, test_fraction)
+    return ON_DISK[name](root, seed, test_fraction)

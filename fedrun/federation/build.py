@@ -24,7 +24,7 @@ from torch import Tensor
 from fedrun.algorithms import get_algorithm
 from fedrun.algorithms.contract import CheckedAlgorithm
 from fedrun.config import Config, StateConfig
-from fedrun.data import ON_DEMAND, load_task
+from fedrun.data import open_dataset
 from fedrun.data.builtin import least_squares_x0
 from fedrun.data.client_block import ClientBlock
 from fedrun.data.client_source import ArraySource, ClientSource
@@ -201,15 +201,15 @@ def _client_store(section: StateConfig, world: World, directory: Path, entries: 
 
 
 def client_data(cfg: Config, seed: int, ranks: int = 1) -> ClientSource:
-    """The run's clients: an on-demand dataset as it is, or an in-memory one loaded, checked against the
+    """The run's clients: an on-demand source as it is, or an in-memory dataset loaded, checked against the
     model (its memory on ``ranks`` ranks first, then one example through it), partitioned into N clients
     and, with ``data.client_test_fraction`` > 0, split into per-client training and test examples."""
-    if cfg.data.name in ON_DEMAND:
-        source = ON_DEMAND[cfg.data.name](cfg.data, seed)
-        check_model_memory(cfg, source.task, source.num_clients, ranks)
-        check_model_fits_data(cfg, source.task)
-        return source
-    task = load_task(cfg.data, seed)
+    data = open_dataset(cfg.data, seed)
+    if isinstance(data, ClientSource):
+        check_model_memory(cfg, data.task, data.num_clients, ranks)
+        check_model_fits_data(cfg, data.task)
+        return data
+    task = data
     check_model_memory(cfg, task, cfg.data.num_clients, ranks)
     check_model_fits_data(cfg, task)  # one line naming model and shapes, before any allocation or timing
     parts = partition(task, cfg.data, seed)
