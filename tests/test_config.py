@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import run_ranks
+from helpers import REPO, run_ranks
 
 from fedrun.config import load_config
 from fedrun.errors import ConfigError
@@ -74,14 +74,23 @@ def test_cli_error_under_mpiexec_is_reported_once():
     assert proc.stderr.count("run.unknown: unknown key") == 1 and "Traceback" not in proc.stderr
 
 
-def test_importing_the_config_imports_neither_torch_nor_the_algorithms():
-    """Reading a config module is light: the algorithm (and with it torch) is resolved only when the
-    ``algorithm`` section is validated. A fresh interpreter, so that no other test has imported them."""
+def test_reading_a_config_imports_neither_torch_nor_the_algorithms():
+    """Reading and checking a config is light (``fedrun config``, a sweep's validation on a login node): a
+    built-in algorithm's hyperparameters live in fedrun.config.hparams. A fresh interpreter, so that no other
+    test has imported them."""
     probe = ("import sys, fedrun.config\n"
-             "print(sorted(m for m in ('torch', 'fedrun.algorithms') if m in sys.modules))\n"
-             "cfg = fedrun.config.config_from_dict({'algorithm': {'name': 'fedadam', 'global_lr': 0.5}})\n"
-             "print(type(cfg.algorithm.hparams).__qualname__, cfg.algorithm.hparams.global_lr, "
-             "'fedrun.algorithms' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert out[0] == "[]", f"importing fedrun.config imported {out[0]}"
-    assert out[1].endswith(" 0.5 True") and out[1].split()[0].endswith("Hparams"), out[1]
+             "cfg = fedrun.config.load_config('configs/quickstart.yaml', ['algorithm.name=fedadam', "
+             "'algorithm.global_lr=0.5'])\n"
+             "print(type(cfg.algorithm.hparams).__qualname__, cfg.algorithm.hparams.global_lr)\n"
+             "print(sorted(m for m in ('torch', 'fedrun.algorithms') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=REPO).stdout.split("\n")
+    assert out[0] == "FedAdamHparams 0.5", out[0]
+    assert out[1] == "[]", f"reading a config imported {out[1]}"
+
+
+def test_every_built_in_algorithm_takes_the_hyperparameters_the_config_checks():
+    from fedrun.algorithms import ALGORITHMS
+    from fedrun.config.hparams import HPARAMS
+
+    assert {name: cls.Hparams for name, cls in ALGORITHMS.items()} == HPARAMS

@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 from torch import Tensor
 
-from fedrun.errors import require
+from fedrun.config.hparams import GlobalLrHparams
 from fedrun.protocol import (
     Clients,
     Declaration,
@@ -48,17 +47,6 @@ from fedrun.protocol import (
 
 __all__ = ["Algorithm", "Clients", "Declaration", "Entry", "GlobalLrHparams", "LocalOptimizer", "LocalPlan",
            "LocalResult", "RoundContext", "Scalar", "Vector", "model_delta", "rows", "unchanged_if_empty"]
-
-
-@dataclass
-class GlobalLrHparams:
-    """The hyperparameter every built-in algorithm starts with: the server learning rate eta_g > 0
-    (an ``Hparams`` dataclass subclasses it and adds its own fields and checks after ``super().check()``)."""
-
-    global_lr: float = 1.0  # eta_g
-
-    def check(self) -> None:
-        require(self.global_lr > 0, "algorithm.global_lr", "a number > 0", self.global_lr)
 
 
 class Algorithm:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor
@@ -38,7 +37,6 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
-    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
@@ -46,7 +44,7 @@ from fedrun.algorithms.base import (
     model_delta,
     unchanged_if_empty,
 )
-from fedrun.errors import require
+from fedrun.config.hparams import FAdamGCHparams
 
 MOMENTS = ("m", "v", "vhat")
 
@@ -76,22 +74,6 @@ class AMSGrad:
         v = self.beta2 * state["v"] + (1 - self.beta2) * u * u
         vhat = torch.maximum(state["vhat"], v)
         return m / (vhat.sqrt() + self.eps), {"m": m, "v": v, "vhat": vhat}
-
-
-@dataclass
-class FAdamGCHparams(GlobalLrHparams):
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    persist_moments: bool = False
-    tracking: Literal["scaffold", "mean_active"] = "scaffold"
-    correction: bool = True  # false: ghat = g, the uncorrected local-Adam baseline
-
-    def check(self) -> None:
-        super().check()
-        require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
-        require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
-        require(self.eps > 0, "algorithm.eps", "a number > 0", self.eps)
 
 
 class FAdamGC(Algorithm):

@@ -24,37 +24,11 @@ runtimes whose models carry BatchNorm statistics.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from torch import Tensor
 
-from fedrun.algorithms.base import Entry, GlobalLrHparams, RoundContext, Scalar, Vector
+from fedrun.algorithms.base import Entry, RoundContext, Scalar, Vector
 from fedrun.algorithms.fedopt import ServerOptimizer
-from fedrun.errors import require
-
-
-@dataclass
-class FADASHparams(GlobalLrHparams):
-    global_lr: float = 1e-3  # eta (README, delay-adaptive; 1e-4 without)
-    beta1: float = 0.9
-    beta2: float = 0.99
-    eps: float = 1e-8  # added after dividing sqrt(vhat) by sqrt(c2)
-    max_init: float = 0.0  # vhat_0
-    bias_correction: bool = True  # official code; false = paper form
-    delay_adaptive: bool = True  # false: lambda = 1 always (asyncfl_forward.py)
-    delay_rule: Literal["scale", "min"] = "scale"  # code: lambda = 1/tau_max; paper: min(eta, 1/tau_max)
-    tau_c: int = 1  # delay threshold
-    bn_buffers: Literal["average_of_buffer", "keep_global"] = "average_of_buffer"
-    weighting: Literal["uniform", "data_size"] = "uniform"
-
-    def check(self) -> None:
-        super().check()
-        require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
-        require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
-        require(self.eps >= 0, "algorithm.eps", "a number >= 0", self.eps)
-        require(self.max_init >= 0, "algorithm.max_init", "a number >= 0", self.max_init)
-        require(self.tau_c >= 0, "algorithm.tau_c", "an integer >= 0", self.tau_c)
+from fedrun.config.hparams import FADASHparams
 
 
 def delay_factor(hp: FADASHparams, tau_max: int) -> float:

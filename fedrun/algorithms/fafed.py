@@ -41,7 +41,6 @@ from fedrun.algorithms.base import (
     Clients,
     Declaration,
     Entry,
-    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
@@ -52,34 +51,7 @@ from fedrun.algorithms.base import (
     unchanged_if_empty,
 )
 from fedrun.algorithms.fedcada import average_model_and_moments
-from fedrun.errors import require
-
-
-@dataclass
-class FAFEDHparams(GlobalLrHparams):
-    alpha: float = 0.1  # STORM alpha (code default)
-    beta: float = 0.1  # EMA weight on the OLD v (code: 0.1 or 0.01)
-    rho: float = 0.1  # floor of A
-    ext: float = 1.0  # scale on g_old in STORM (1 = exact STORM, the paper)
-    global_lr: float = 1.0  # server step on the mean model change (1 = plain averaging, the code)
-    init_m: Literal["global", "restart", "local"] = "global"
-    bootstrap: Literal["round", "rho"] = "round"
-    persist_client_state: bool = False
-    schedule: Literal["constant", "cube_root"] = "constant"
-    k0: float = 1.0  # cube_root constants (paper defaults not reachable)
-    w: float = 1.0
-    c: float = 1.0
-    weighting: Literal["uniform", "data_size"] = "uniform"
-
-    def check(self) -> None:
-        require(0 < self.alpha <= 1, "algorithm.alpha", "a number in (0, 1]", self.alpha)
-        require(0 <= self.beta < 1, "algorithm.beta", "a number in [0, 1)", self.beta)
-        require(self.rho > 0, "algorithm.rho", "a number > 0", self.rho)
-        super().check()
-        require(self.init_m != "local" or self.persist_client_state, "algorithm.init_m",
-                "global or restart unless persist_client_state is true", self.init_m)
-        require(self.k0 > 0 and self.w > 0 and self.c > 0, "algorithm.k0/w/c", "numbers > 0",
-                (self.k0, self.w, self.c))
+from fedrun.config.hparams import FAFEDHparams
 
 
 def adaptive_matrix(vbar: Tensor, rho: float) -> Tensor:

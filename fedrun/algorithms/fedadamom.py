@@ -14,8 +14,6 @@ an empty S_t is skipped, nothing changes. Down 1 / up 1 (only the model is sent)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
@@ -23,26 +21,13 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
-    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Vector,
     model_delta,
     unchanged_if_empty,
 )
-from fedrun.errors import require
-
-
-@dataclass
-class FedAdamomHparams(GlobalLrHparams):
-    global_lr: float = 1.0  # eta (code --globallr)
-    beta2: float = 0.05  # code --beta_0; paper ablation best 0.05 (README commands use 0.1)
-    eps: float = 1e-3  # clip margin: beta1_t <= 1 - eps (code --eps)
-
-    def check(self) -> None:
-        super().check()
-        require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
-        require(0 < self.eps <= 1, "algorithm.eps", "a number in (0, 1]", self.eps)
+from fedrun.config.hparams import FedAdamomHparams
 
 
 def adaptive_beta1(v: Tensor, eps: float) -> Tensor:

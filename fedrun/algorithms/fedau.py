@@ -17,8 +17,6 @@ the counters are O(1) scalars per client, held by the owner rank. Empty S_t: x u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
@@ -26,7 +24,6 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
-    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Scalar,
@@ -35,17 +32,7 @@ from fedrun.algorithms.base import (
     rows,
     unchanged_if_empty,
 )
-from fedrun.errors import require
-
-
-@dataclass
-class FedAUHparams(GlobalLrHparams):
-    cutoff: int | None = 50  # K_cut (FedSUM and the FedAWE code use 50); null: no cutoff (code default 1e5)
-
-    def check(self) -> None:
-        super().check()
-        require(self.cutoff is None or self.cutoff >= 1, "algorithm.cutoff", "null or an integer >= 1",
-                self.cutoff)
+from fedrun.config.hparams import FedAUHparams
 
 
 def interval_weight(state: dict[str, Tensor]) -> Tensor:

@@ -9,16 +9,12 @@ An empty round leaves x unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from torch import Tensor
 
 from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
-    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Scalar,
@@ -27,12 +23,7 @@ from fedrun.algorithms.base import (
     rows,
     unchanged_if_empty,
 )
-
-
-@dataclass
-class FedAvgHparams(GlobalLrHparams):
-    # how uploads are averaged: uniform 1/|S_t|, data_size n_i / sum n_j, average_all 1/N, known_prob 1/(N p_i)
-    weighting: Literal["uniform", "data_size", "average_all", "known_prob"] = "uniform"
+from fedrun.config.hparams import FedAvgHparams
 
 
 class FedAvg(Algorithm):

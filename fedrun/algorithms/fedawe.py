@@ -19,8 +19,6 @@ Empty S_t: x unchanged (the counters still grow).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
@@ -28,7 +26,6 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
-    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
@@ -37,16 +34,7 @@ from fedrun.algorithms.base import (
     rows,
     unchanged_if_empty,
 )
-from fedrun.errors import require
-
-
-@dataclass
-class FedAWEHparams(GlobalLrHparams):
-    clip: float | None = 0.5  # r of CLIP_r on the mean echoed update (official code); null disables
-
-    def check(self) -> None:
-        super().check()
-        require(self.clip is None or self.clip > 0, "algorithm.clip", "null or a number > 0", self.clip)
+from fedrun.config.hparams import FedAWEHparams
 
 
 def clip_norm(v: Tensor, radius: float) -> Tensor:

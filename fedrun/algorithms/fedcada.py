@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from torch import Tensor
 
@@ -31,7 +30,6 @@ from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
-    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
@@ -41,30 +39,7 @@ from fedrun.algorithms.base import (
     rows,
     unchanged_if_empty,
 )
-from fedrun.errors import require
-
-
-@dataclass
-class FedCAdaHparams(GlobalLrHparams):
-    global_lr: float = 1.0  # eta_g (1: plain averaging of the client models)
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    step_count: Literal["global", "restart"] = "global"  # s = n K + k, or s = k
-    adjustment: Literal["none", "inv_t", "inv_sqrt_t", "exp"] = "none"
-    adjust_a0: float = 1.0
-    adjust_t0: float | None = None  # exp's time constant t0; null: T / 10
-    adjust_moments: Literal["both", "m", "v"] = "both"
-    weighting: Literal["uniform", "data_size"] = "uniform"
-
-    def check(self) -> None:
-        super().check()
-        require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
-        require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
-        require(self.eps > 0, "algorithm.eps", "a number > 0", self.eps)
-        require(self.adjust_a0 >= 0, "algorithm.adjust_a0", "a number >= 0", self.adjust_a0)
-        require(self.adjust_t0 is None or self.adjust_t0 > 0, "algorithm.adjust_t0", "null or a number > 0",
-                self.adjust_t0)
+from fedrun.config.hparams import FedCAdaHparams
 
 
 def adjustment(hp: FedCAdaHparams, n: int, total_rounds: int) -> float:

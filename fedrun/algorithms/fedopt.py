@@ -25,8 +25,7 @@ v, as FADAS applies it; FedAdam only, ``flower``: Flower's step-size form, see `
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -36,7 +35,6 @@ from fedrun.algorithms.base import (
     Clients,
     Declaration,
     Entry,
-    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Scalar,
@@ -45,9 +43,7 @@ from fedrun.algorithms.base import (
     rows,
     unchanged_if_empty,
 )
-from fedrun.errors import require
-
-Weighting = Literal["uniform", "data_size"]
+from fedrun.config.hparams import AdagradHparams, EmaHparams, FedAdamHparams, FedAvgMHparams
 
 
 class ServerOptimizer(Algorithm):
@@ -86,16 +82,6 @@ class ServerOptimizer(Algorithm):
 # ------------------------------------------------------------------------------------------ FedAvgM
 
 
-@dataclass
-class FedAvgMHparams(GlobalLrHparams):
-    beta: float = 0.9  # server momentum (no damping: effective step eta / (1 - beta))
-    weighting: Weighting = "uniform"
-
-    def check(self) -> None:
-        super().check()
-        require(0 <= self.beta < 1, "algorithm.beta", "a number in [0, 1)", self.beta)
-
-
 class FedAvgM(ServerOptimizer):
     """m <- beta m + Delta_t ; x <- x + eta m. beta = 0 is FedAvg with server lr eta."""
 
@@ -111,47 +97,6 @@ class FedAvgM(ServerOptimizer):
 
 
 # ------------------------------------------------------------------------ FedAdam / FedYogi / FedAdagrad
-
-
-@dataclass
-class AdaptiveHparams(GlobalLrHparams):
-    global_lr: float = 1e-2  # eta: tuned per task (Flower FedYogi's default; the paper grids powers of 10)
-    beta1: float = 0.9
-    tau: float = 1e-3  # adaptivity (denominator) term
-    v_init: Literal["tau_squared", "zero"] = "tau_squared"  # v_{-1}: paper tau^2, Flower 0
-    bias_correction: bool = False  # Adam's 1/(1 - beta^n) on m (and v for the EMA rules)
-    weighting: Weighting = "uniform"
-
-    def check(self) -> None:
-        super().check()
-        require(0 <= self.beta1 < 1, "algorithm.beta1", "a number in [0, 1)", self.beta1)
-        require(self.tau >= 0, "algorithm.tau", "a number >= 0", self.tau)
-
-
-@dataclass
-class EmaHparams(AdaptiveHparams):
-    beta2: float = 0.99
-
-    def check(self) -> None:
-        super().check()
-        require(0 <= self.beta2 < 1, "algorithm.beta2", "a number in [0, 1)", self.beta2)
-
-
-@dataclass
-class FedAdamHparams(EmaHparams):
-    """``bias_correction: flower`` reproduces Flower's FedAdam (flwr 1.42.0, ``FedAdam.aggregate_fit`` in
-    flwr/server/strategy/fedadam.py and ``aggregate_train`` in flwr/serverapp/strategy/fedadam.py): m and v
-    stay uncorrected and the step size becomes eta * sqrt(1 - beta2^(r+1)) / (1 - beta1^(r+1)) with Flower's
-    round number r = t + 1 (its first round is 1), tau outside the correction:
-    x <- x + eta_r m / (sqrt(v) + tau). With ``v_init: zero`` and ``weighting: data_size`` (Flower's
-    defaults) the whole update is Flower's. An empty round still advances r, as in Flower."""
-
-    bias_correction: bool | Literal["flower"] = False
-
-
-@dataclass
-class AdagradHparams(AdaptiveHparams):
-    beta1: float = 0.0  # Flower fixes beta1 = 0 for FedAdagrad (no momentum)
 
 
 class AdaptiveServer(ServerOptimizer):

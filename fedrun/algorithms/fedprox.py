@@ -15,22 +15,11 @@ solvers (a variable amount of local work per client) are the runtime's ``local.e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor
 
 from fedrun.algorithms.base import Clients, LocalPlan, RoundContext
-from fedrun.algorithms.fedavg import FedAvg, FedAvgHparams
-from fedrun.errors import require
-
-
-@dataclass
-class FedProxHparams(FedAvgHparams):
-    mu: float = 0.01  # proximal weight (the paper tries 0.001, 0.01, 0.1, 1)
-
-    def check(self) -> None:
-        super().check()
-        require(self.mu >= 0, "algorithm.mu", "a number >= 0", self.mu)
+from fedrun.algorithms.fedavg import FedAvg
+from fedrun.config.hparams import FedProxHparams
 
 
 class FedProx(FedAvg):

@@ -24,9 +24,6 @@ and the local direction becomes p_i (g - h_i) + Y_i / N; with equal n_i it is th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 from torch import Tensor
 
@@ -35,7 +32,6 @@ from fedrun.algorithms.base import (
     Clients,
     Declaration,
     Entry,
-    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
@@ -43,20 +39,7 @@ from fedrun.algorithms.base import (
     Vector,
     rows,
 )
-
-
-@dataclass
-class FedSumHparams(GlobalLrHparams):
-    skip_empty_rounds: bool = False  # default keeps the stale step x <- x - eta_g eta_l K y / N
-    weighting: Literal["uniform", "data_size"] = "uniform"  # data_size: fedrun's extension
-
-
-@dataclass
-class FedSumCRHparams(FedSumHparams):
-    # "cumulative" divides by C_t - C_{a_i} = sum_{s=a_i}^{t-1} eta_g eta_l(s) K / N and inverts the
-    # server recursion exactly for any lr schedule (and skipped rounds); "constant" divides by
-    # eta_g eta_l(t) K (t - a_i) / N, exact only when eta_l is constant and every round steps.
-    cr_form: Literal["cumulative", "constant"] = "cumulative"
+from fedrun.config.hparams import FedSumCRHparams, FedSumHparams
 
 
 class _FedSumFamily(Algorithm):

@@ -11,22 +11,11 @@ beta < 1/2 keeps at least one value; beta = 0 is the plain mean of the deltas (F
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from torch import Tensor
 
-from fedrun.algorithms.base import GlobalLrHparams
 from fedrun.algorithms.gathered import GatheredDeltas, sorted_columns
-from fedrun.errors import require
-
-
-@dataclass
-class FedTrimmedAvgHparams(GlobalLrHparams):
-    beta: float = 0.2  # fraction trimmed at EACH end
-
-    def check(self) -> None:
-        require(0 <= self.beta < 0.5, "algorithm.beta", "a number in [0, 0.5)", self.beta)
-        super().check()
+from fedrun.config.hparams import FedTrimmedAvgHparams
 
 
 class FedTrimmedAvg(GatheredDeltas):

@@ -16,24 +16,10 @@ Squared distances come from the Gram matrix, ||a||^2 + ||b||^2 - 2 a.b, clamped 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor
 
-from fedrun.algorithms.base import GlobalLrHparams
 from fedrun.algorithms.gathered import GatheredDeltas
-from fedrun.errors import require
-
-
-@dataclass
-class KrumHparams(GlobalLrHparams):
-    num_malicious: int = 1  # f: the number of Byzantine clients per round the rule tolerates
-    num_keep: int = 1  # m: 1 is Krum, > 1 Multi-Krum
-
-    def check(self) -> None:
-        require(self.num_malicious >= 0, "algorithm.num_malicious", "an integer >= 0", self.num_malicious)
-        require(self.num_keep >= 1, "algorithm.num_keep", "an integer >= 1", self.num_keep)
-        super().check()
+from fedrun.config.hparams import KrumHparams
 
 
 class Krum(GatheredDeltas):

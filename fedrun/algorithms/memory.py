@@ -15,9 +15,6 @@ one vector up and receives one down.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from torch import Tensor
 
 from fedrun.algorithms.base import (
@@ -25,7 +22,6 @@ from fedrun.algorithms.base import (
     Clients,
     Declaration,
     Entry,
-    GlobalLrHparams,
     LocalResult,
     RoundContext,
     Scalar,
@@ -33,9 +29,8 @@ from fedrun.algorithms.base import (
     model_delta,
     unchanged_if_empty,
 )
-from fedrun.errors import ConfigError, require
-
-Form = Literal["code", "paper"]
+from fedrun.config.hparams import FedVarpHparams, Form, MifaHparams
+from fedrun.errors import ConfigError
 
 
 def memory_entry(local: LocalResult, down: dict[str, Tensor], form: Form, ctx: RoundContext) -> Tensor:
@@ -55,19 +50,6 @@ def server_step(form: Form, global_lr: float, direction: Tensor, ctx: RoundConte
 
 
 # --------------------------------------------------------------------------------------------- MIFA
-
-
-@dataclass
-class MifaHparams(GlobalLrHparams):
-    form: Form = "code"
-    # paper form: no model update until every client has reported once (FLGo's default, c = 1.0);
-    # false: zero-initialized memories from round 0 (the only behaviour of the code form)
-    wait_all: bool = False
-
-    def check(self) -> None:
-        super().check()
-        require(not self.wait_all or self.form == "paper", "algorithm.wait_all",
-                "false with form=code (the code form starts from zero memories)", self.wait_all)
 
 
 class Mifa(Algorithm):
@@ -110,11 +92,6 @@ class Mifa(Algorithm):
 
 
 # ------------------------------------------------------------------------------------------ FedVARP
-
-
-@dataclass
-class FedVarpHparams(GlobalLrHparams):
-    form: Form = "code"  # paper: normalized pseudo-gradients (fedrun's option for a varying eta_l)
 
 
 class FedVarp(Algorithm):

@@ -21,16 +21,12 @@ The two forms are identical iterate by iterate (docs/verification.md, V8); both 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from torch import Tensor
 
 from fedrun.algorithms.base import (
     Algorithm,
     Clients,
     Declaration,
-    GlobalLrHparams,
     LocalPlan,
     LocalResult,
     RoundContext,
@@ -38,12 +34,8 @@ from fedrun.algorithms.base import (
     model_delta,
     unchanged_if_empty,
 )
+from fedrun.config.hparams import ScaffoldHparams
 from fedrun.errors import ConfigError
-
-
-@dataclass
-class ScaffoldHparams(GlobalLrHparams):
-    form: Literal["original", "single_uplink"] = "original"
 
 
 class Scaffold(Algorithm):

@@ -2,8 +2,8 @@
 (:mod:`fedrun.config.overrides`), the sections built and type-checked (:mod:`fedrun.config.coerce`), the
 algorithm's and plugins' own settings resolved and every section's ``check`` run.
 
-The algorithm is resolved only inside :func:`config_from_dict`: importing the config imports neither torch
-nor any algorithm.
+Reading a config imports no torch: a built-in algorithm's hyperparameters are in
+:mod:`fedrun.config.hparams`; only a plugin algorithm (``package.module:Class``) is imported, for its own.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrun.config.coerce import build_dataclass
+from fedrun.config.hparams import HPARAMS
 from fedrun.config.overrides import apply_overrides
 from fedrun.config.sections import AlgorithmConfig
 from fedrun.config.tree import PLUGIN_SETTINGS, Config
@@ -75,13 +76,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     name = algo_raw.pop("name", "fedavg")
     if not isinstance(name, str) or "\x00" in name:
         raise ConfigError(f"algorithm.name: expected a string, got {brief(name)}")
-    from fedrun.algorithms import get_algorithm  # here, not at import: reading a config needs no torch
-
-    try:
-        algorithm = get_algorithm(name)
-    except KeyError as exc:
-        raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
-    hparams = build_dataclass(algorithm.Hparams, algo_raw, "algorithm")
+    hparams = build_dataclass(algorithm_hparams(name), algo_raw, "algorithm")
     cfg.algorithm = AlgorithmConfig(name=name, hparams=hparams)
     for section, key in PLUGIN_SETTINGS.items():
         settings_cls = plugin_settings(getattr(getattr(cfg, section), key), f"{section}.{key}")
@@ -92,6 +87,20 @@ def config_from_dict(data: dict[str, Any]) -> Config:
             raise ConfigError(f"{section}.{sorted(extras[section])[0]}: unknown key (allowed: {allowed})")
     check_all(cfg)
     return cfg
+
+
+def algorithm_hparams(name: str) -> type:
+    """The hyperparameter dataclass of ``algorithm.name``: a built-in's from :data:`HPARAMS` (no torch), a
+    plugin's own ``Hparams`` (importing the plugin)."""
+    if is_import_path(name):  # its Algorithm base class is checked where the run builds it (fedrun.algorithms)
+        def accept(obj: Any) -> bool:
+            return isinstance(obj, type) and dataclasses.is_dataclass(getattr(obj, "Hparams", None))
+
+        expected = "a subclass of fedrun.algorithms.base.Algorithm with an Hparams dataclass"
+        return load(name, "algorithm.name", expected, accept).Hparams
+    if name not in HPARAMS:
+        raise ConfigError(f"algorithm.name: unknown algorithm {brief(name)} (known: {', '.join(sorted(HPARAMS))})")
+    return HPARAMS[name]
 
 
 def _split_settings(section: str, raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
