@@ -31,7 +31,7 @@ from helpers import (
 
 import fedrun
 from fedrun.config import load_config
-from fedrun.errors import ConfigError
+from fedrun.errors import CheckpointError, ConfigError
 from fedrun.federation.participation.registry import make_participation
 from fedrun.privacy.bandmf import BandNoise, square_root_coefficients, toeplitz
 
@@ -175,6 +175,21 @@ def test_patterns_without_the_separation_are_refused_before_training(tmp_path):
         with pytest.raises(ConfigError, match=re.escape(needle)):
             fedrun.run({}, [*BASE, *refuse, *overrides], write_files=False)
     assert len(fedrun.run({}, [*BASE, *refuse, *replay, "privacy.bands=2"], write_files=False).metrics) == 12
+
+
+def test_resume_in_process_is_exact_and_a_changed_band_count_is_refused(tmp_path):
+    """12 rounds in one go equal 6 rounds, a checkpoint, and a resume to 12 (b = 5: the state is 4 noise
+    vectors); a run of 4 rounds has b = 4 (the separation 5 capped at run.rounds), so resuming it to 12 rounds
+    (b = 5) is refused with one line naming the checkpoint's dataset."""
+    common = [*BASE, f"privacy.noise_multiplier={SIGMA}", "privacy.mechanism=bandmf", "checkpoint.every=1"]
+    whole = fedrun.run({}, [*common, "run.rounds=12"], write_files=False)
+    fedrun.run({}, [*common, "run.rounds=6", f"run.dir={tmp_path / 'cut'}"])
+    resumed = fedrun.run({}, [*common, "run.rounds=12", f"run.dir={tmp_path / 'cut'}"], resume="auto")
+    assert np.array_equal(whole.x, resumed.x)
+    assert [r["epsilon"] for r in whole.metrics] == [r["epsilon"] for r in metrics(tmp_path / "cut")]
+    fedrun.run({}, [*common, "run.rounds=4", f"run.dir={tmp_path / 'short'}"])
+    with pytest.raises(CheckpointError, match="privacy/bandmf_bands: the checkpoint's noise was correlated over 4"):
+        fedrun.run({}, [*common, "run.rounds=12", f"run.dir={tmp_path / 'short'}"], resume="auto")
 
 
 @pytest.mark.mpi

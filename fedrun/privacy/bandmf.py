@@ -114,11 +114,12 @@ def min_separation(pattern: Any, rounds: int) -> Separation:
 
 class BandNoise:
     """The correlated noise w_t of the module docstring, on rank 0: the recursion in float64, its state the
-    last min(b - 1, t) noise vectors, newest first (the checkpoint's ``privacy/bandmf_noise``)."""
+    last min(b - 1, t) noise vectors, newest first (the checkpoint's ``privacy/bandmf_noise``). The other
+    ranks (``root`` False) never draw noise and do not keep the vectors a resume reads."""
 
-    def __init__(self, coefficients: np.ndarray, device: torch.device) -> None:
+    def __init__(self, coefficients: np.ndarray, device: torch.device, root: bool = True) -> None:
         self.coefficients = np.asarray(coefficients, dtype=np.float64)
-        self.device = device
+        self.device, self.root = device, root
         self.history: list[Tensor] = []  # w_{t-1}, w_{t-2}, ... (at most b - 1)
 
     @property
@@ -156,7 +157,7 @@ class BandNoise:
             raise CheckpointError(f"privacy/bandmf_bands: the checkpoint's noise was correlated over {bands} bands, "
                                   f"this run over {self.bands} (privacy.bands, or the schedule's separation it "
                                   "defaults to, changed); resume with the checkpoint's")
-        noise = d.get("bandmf_noise")
+        noise = d.get("bandmf_noise") if self.root else None
         self.history = [] if noise is None else [torch.as_tensor(np.asarray(v), device=self.device) for v in noise]
 
 
@@ -245,8 +246,8 @@ class BandMF:
     def accountant(self, cfg: PrivacyConfig, num_clients: int, sigma: float) -> BandAccountant:
         return BandAccountant(cfg.accountant, cfg.delta, num_clients, sigma, self.norm)
 
-    def noise(self, device: torch.device) -> BandNoise:
-        return BandNoise(self.coefficients, device)
+    def noise(self, device: torch.device, root: bool) -> BandNoise:
+        return BandNoise(self.coefficients, device, root)
 
     def describe(self) -> str:
         return (f", bandmf with {self.bands} bands (banded square root, ||c||_2 = {self.norm:.4g}; schedule's "

@@ -11,6 +11,8 @@ vector) and clip C:
   participation, normalizes by the expected cohort m_t = max(1, round(sum_i p_i^t)) instead of |S_t|
   (|S_t| itself would tell one client's presence); z is drawn from a generator seeded by
   (run seed, round, STREAM_CENTRAL), so the run is the same on any number of ranks and after a resume.
+  With ``privacy.mechanism=bandmf`` rank 0 adds w_t, z_t correlated with the last rounds' noise
+  (:mod:`fedrun.privacy.bandmf`), instead of z_t.
 * ``local``: client i uploads clip(u_i) + z_i, z_i ~ N(0, sigma^2 C^2 I) from (seed, round, client,
   STREAM_LOCAL); everything after is post-processing.
 
@@ -161,7 +163,8 @@ class Privacy:
         self.rounds, self.planner = rounds, planner
         accountant = Accountant(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, sigma) \
             if self.band is None else self.band.accountant(cfg, num_clients, sigma)
-        self.state = PrivacyState(accountant, cfg.clip, None if self.band is None else self.band.noise(world.device))
+        noise = None if self.band is None else self.band.noise(world.device, world.is_root)
+        self.state = PrivacyState(accountant, cfg.clip, noise)
         target = cfg.target_epsilon
         first = self.next_epsilon(0) if target is not None else 0.0
         if target is not None and first > target * (1 + BUDGET_SLACK):
