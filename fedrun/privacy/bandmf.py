@@ -35,7 +35,9 @@ norm <= C_clip. When t_{m+1} - t_m >= b for all m, the columns of C at t_1..t_k 
 (a Toeplitz column has norm ||c||_2, shorter only at the end). Adding or removing client i (or zeroing
 its uploads) is therefore one Gaussian mechanism with noise multiplier sigma / (sqrt(k_i) ||c||_2); the
 reported epsilon is the worst client's (the largest k_i), accounted by dp-accounting's
-``GaussianDpEvent`` with the run's accountant (RDP or PLD). The bound needs the schedule to be public
+``GaussianDpEvent`` with the run's accountant (RDP or PLD). The rows of G may depend on the earlier
+releases (an adaptive stream), which the guarantee allows for a lower-triangular C (Denisov et al. 2022).
+The bound needs the schedule to be public
 and fixed in advance (a function of ``run.seed``, not of the data): the patterns without sampling
 randomness (``sampling == "none"``); under a sampled pattern the realized schedule is secret and its
 separation not guaranteed, and such patterns are refused, as is a schedule whose minimum separation over
