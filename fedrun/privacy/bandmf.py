@@ -37,11 +37,10 @@ its uploads) is therefore one Gaussian mechanism with noise multiplier sigma / (
 reported epsilon is the worst client's (the largest k_i), accounted by dp-accounting's
 ``GaussianDpEvent`` with the run's accountant (RDP or PLD). The rows of G may depend on the earlier
 releases (an adaptive stream), which the guarantee allows for a lower-triangular C (Denisov et al. 2022).
-The bound needs the schedule to be public
-and fixed in advance (a function of ``run.seed``, not of the data): the patterns without sampling
-randomness (``sampling == "none"``); under a sampled pattern the realized schedule is secret and its
-separation not guaranteed, and such patterns are refused, as is a schedule whose minimum separation over
-the run's rounds is below b.
+The bound needs the schedule to be public and fixed in advance (a function of ``run.seed``, not of the
+data): the patterns without sampling randomness (``sampling == "none"``); under a sampled pattern the
+realized schedule is secret and its separation not guaranteed, and such patterns are refused, as is a
+schedule whose minimum separation over the run's rounds is below b.
 """
 
 from __future__ import annotations
@@ -165,10 +164,10 @@ class BandNoise:
 
 def epsilon_of(kind: str, delta: float, sigma: float, norm: float, worst: int) -> float:
     """Epsilon at ``delta`` of the Gaussian mechanism with multiplier sigma / (sqrt(k) ||c||_2), k = ``worst``."""
+    if sigma == 0:  # no noise: infinite, as the Gaussian mechanism's accountant reports it
+        return math.inf
     if worst == 0:
         return 0.0
-    if sigma == 0:
-        return math.inf
     accountant = fresh_accountant(kind, "none")
     accountant.compose(dpa.GaussianDpEvent(sigma / (math.sqrt(worst) * norm)))
     return float(accountant.get_epsilon(delta))
