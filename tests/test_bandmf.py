@@ -178,12 +178,15 @@ def test_patterns_without_the_separation_are_refused_before_training(tmp_path):
 
 
 def test_resume_in_process_is_exact_and_a_changed_band_count_is_refused(tmp_path):
-    """12 rounds in one go equal 6 rounds, a checkpoint, and a resume to 12 (b = 5: the state is 4 noise
-    vectors); a run of 4 rounds has b = 4 (the separation 5 capped at run.rounds), so resuming it to 12 rounds
-    (b = 5) is refused with one line naming the checkpoint's dataset."""
+    """A 12-round run stopped after round 6 (its mid-run checkpoint holds b - 1 = 4 noise vectors) and resumed
+    ends with the uninterrupted run's bits and epsilons; a run of 4 rounds has b = 4 (the separation 5 capped
+    at run.rounds), so resuming it to 12 rounds (b = 5) is refused with one line naming the checkpoint's
+    dataset."""
     common = [*BASE, f"privacy.noise_multiplier={SIGMA}", "privacy.mechanism=bandmf", "checkpoint.every=1"]
     whole = fedrun.run({}, [*common, "run.rounds=12"], write_files=False)
-    fedrun.run({}, [*common, "run.rounds=6", f"run.dir={tmp_path / 'cut'}"])
+    fedrun.run({}, [*common, "run.rounds=12", f"run.dir={tmp_path / 'cut'}"], callback=lambda r: r["round"] == 6)
+    with h5py.File(sorted((tmp_path / "cut").glob("ckpt_*.h5"))[-1], "r") as f:
+        assert int(f["meta/round"][()]) == 6 and f["privacy/bandmf_noise"].shape == (4, len(whole.x))
     resumed = fedrun.run({}, [*common, "run.rounds=12", f"run.dir={tmp_path / 'cut'}"], resume="auto")
     assert np.array_equal(whole.x, resumed.x)
     assert [r["epsilon"] for r in whole.metrics] == [r["epsilon"] for r in metrics(tmp_path / "cut")]
