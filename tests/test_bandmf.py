@@ -124,6 +124,13 @@ def test_epsilon_equals_dp_accounting_from_scratch(bands, accountant):
     assert got == pytest.approx(want, rel=1e-12)
 
 
+def test_target_epsilon_calibrates_sigma_and_the_run_ends_within_it():
+    result = fedrun.run({}, [*BASE, "run.rounds=12", "privacy.mechanism=bandmf", "privacy.target_epsilon=5"],
+                        write_files=False)
+    eps = [r["epsilon"] for r in result.metrics]
+    assert len(eps) == 12 and 4.99 < eps[-1] <= 5 * (1 + 1e-9)
+
+
 def test_one_band_is_the_gaussian_mechanism_bit_for_bit():
     """b = 1 is C = I: the same model bits as privacy.mechanism=gaussian, and the same epsilon (one Gaussian
     at sigma / sqrt(k) is the k-fold composition at sigma)."""
