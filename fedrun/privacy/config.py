@@ -31,6 +31,10 @@ class PrivacyConfig:
     # adaptive clipping (Andrew et al. 2021) to this quantile of the upload norms, with its own noised count;
     # privacy.clip is then the initial C; null: a fixed C
     adaptive_quantile: float | None = None
+    # gaussian: independent noise every round; bandmf: DP-FTRL's noise correlated over `bands` rounds
+    # (fedrun.privacy.bandmf), for schedules whose clients take part at least `bands` rounds apart
+    mechanism: Literal["gaussian", "bandmf"] = "gaussian"
+    bands: int | None = None  # b of bandmf; null: the schedule's minimum separation (at most run.rounds)
 
     def check(self) -> None:
         require(self.clip > 0, "privacy.clip", "a number > 0", self.clip)
@@ -41,6 +45,10 @@ class PrivacyConfig:
         require(0 < self.delta < 1, "privacy.delta", "a number in (0, 1)", self.delta)
         require(self.adaptive_quantile is None or 0 < self.adaptive_quantile < 1, "privacy.adaptive_quantile",
                 "null or a number in (0, 1)", self.adaptive_quantile)
+        require(self.bands is None or self.bands >= 1, "privacy.bands", "null or an integer >= 1", self.bands)
+        require(self.mechanism == "gaussian" or self.mode == "central", "privacy.mechanism",
+                f"gaussian with privacy.mode={self.mode} (bandmf correlates the noise of the central sum)",
+                self.mechanism)
         require(self.mode == "none" or self.noise_multiplier is not None or self.target_epsilon is not None,
                 "privacy.noise_multiplier", f"a number >= 0 (or privacy.target_epsilon to calibrate it) with "
                 f"privacy.mode={self.mode}", self.noise_multiplier)

@@ -11,6 +11,8 @@ vector) and clip C:
   participation, normalizes by the expected cohort m_t = max(1, round(sum_i p_i^t)) instead of |S_t|
   (|S_t| itself would tell one client's presence); z is drawn from a generator seeded by
   (run seed, round, STREAM_CENTRAL), so the run is the same on any number of ranks and after a resume.
+  With ``privacy.mechanism=bandmf`` rank 0 adds w_t, z_t correlated with the last rounds' noise
+  (:mod:`fedrun.privacy.bandmf`), instead of z_t.
 * ``local``: client i uploads clip(u_i) + z_i, z_i ~ N(0, sigma^2 C^2 I) from (seed, round, client,
   STREAM_LOCAL); everything after is post-processing.
 
@@ -48,6 +50,7 @@ from fedrun.runtime.world import World
 
 if TYPE_CHECKING:  # dp-accounting (and the scipy parts it loads) is imported by a private run only
     from fedrun.privacy.accountant import Accountant
+    from fedrun.privacy.bandmf import BandAccountant, BandNoise
 
 STREAM_CENTRAL = 0x4450435A  # "DPCZ": the noise rank 0 adds to the round's sum, rng(seed, t, .)
 STREAM_LOCAL = 0x44504C5A  # "DPLZ": client i's own noise in local mode, rng(seed, t, i, .)
@@ -97,17 +100,22 @@ def gaussian_like(up: dict[str, Tensor], names: list[str], std: float, g: torch.
 
 @dataclasses.dataclass
 class PrivacyState:
-    """What the rounds advance and the checkpoint's ``privacy/`` group holds: the accountant and C_t."""
+    """What the rounds advance and the checkpoint's ``privacy/`` group holds: the accountant and C_t (and
+    with ``privacy.mechanism=bandmf`` the correlated noise's last rounds)."""
 
-    accountant: Accountant
+    accountant: Accountant | BandAccountant
     clip: float
+    noise: BandNoise | None = None
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {**self.accountant.state_dict(), "clip": np.float64(self.clip)}
+        extra = {} if self.noise is None else self.noise.state_dict()
+        return {**self.accountant.state_dict(), "clip": np.float64(self.clip), **extra}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.accountant.load_state_dict(d)
         self.clip = float(np.asarray(d["clip"]))
+        if self.noise is not None:
+            self.noise.load_state_dict(d)
 
 
 def layout(num_clients: int, rounds_done: int) -> dict[str, tuple[int, ...]]:
@@ -143,12 +151,20 @@ class Privacy:
         cohort = participation.max_active()
         self.calibrated = cfg.noise_multiplier is None
         sigma = cfg.noise_multiplier
+        self.band = None
+        if cfg.mechanism == "bandmf":  # DP-FTRL's correlated noise and its accountant (fedrun.privacy.bandmf)
+            from fedrun.privacy.bandmf import BandMF
+
+            self.band = BandMF(cfg, participation, planner, rounds)
         if sigma is None:
             q, worst = plan(planner, self.sampling, rounds, num_clients)
-            sigma = calibrate(cfg, self.sampling, num_clients, cohort, q, worst)
+            sigma = calibrate(cfg, self.sampling, num_clients, cohort, q, worst) if self.band is None else \
+                self.band.calibrate(cfg, worst)
         self.rounds, self.planner = rounds, planner
-        self.state = PrivacyState(Accountant(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, sigma),
-                                  cfg.clip)
+        accountant = Accountant(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, sigma) \
+            if self.band is None else self.band.accountant(cfg, num_clients, sigma)
+        noise = None if self.band is None else self.band.noise(world.device, world.is_root)
+        self.state = PrivacyState(accountant, cfg.clip, noise)
         target = cfg.target_epsilon
         first = self.next_epsilon(0) if target is not None else 0.0
         if target is not None and first > target * (1 + BUDGET_SLACK):
@@ -218,6 +234,8 @@ class Privacy:
             sigma, clip = self.update_multiplier(m), self.state.clip
             device = up[self.names[0]].device
             z = gaussian_like(up, self.names, sigma * clip, generator(device, self.seed, ctx.round, STREAM_CENTRAL))
+            if self.state.noise is not None:  # bandmf: round t's row of C^{-1} Z
+                z = self.state.noise.correlate(z, self.names)
             if self.cfg.adaptive_quantile is not None:
                 self.state.clip = self.next_clip(clip, m, ctx.round)
             return rule(server, {k: up[k] + z[k] if k in z else up[k] for k in up},
@@ -298,8 +316,9 @@ class Privacy:
                f"{self.rounds} rounds)") if self.calibrated else ""
         clip = f"clip {self.cfg.clip:g}" + (f" (adaptive to quantile {self.cfg.adaptive_quantile:g})"
                                             if self.cfg.adaptive_quantile is not None else "")
+        band = "" if self.band is None else self.band.describe()
         return (f"privacy {self.cfg.mode}: noise_multiplier {acc.sigma:.6g}{how}, {clip}, {self.cfg.accountant} "
-                f"accountant, {self.sampling.replace('_', ' ')} sampling")
+                f"accountant, {self.sampling.replace('_', ' ')} sampling{band}")
 
 
 def plan(participation: Any, sampling: str, rounds: int, num_clients: int) -> tuple[list[float], int]:
