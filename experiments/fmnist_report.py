@@ -48,6 +48,7 @@ from fmnist_runs import (
     OUT,
     PAPER_ALGORITHMS,
     PAPER_BASE,
+    PAPER_LR_GRID,
     PATTERNS,
     PROBE_ARMS,
     PROBE_PATTERNS,
@@ -63,6 +64,7 @@ from fmnist_runs import (
     fedadamom_specs,
     fedsum_specs,
     load,
+    paper_grid_lr,
     paper_specs,
     probe_specs,
     run_all,
@@ -231,7 +233,11 @@ def tuning(rep: Report) -> None:
         for label in FEDSUM_ALGORITHMS:
             cells = [cell([load(s) for s in fedsum_specs(v, TUNE_SEEDS, ("p1",), [label])]) for v in LR_GRID]
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {lrs[label]} |")
-        return [*lines, f"\nThe shared η0 (the paper's protocol: every algorithm at FedAvg's choice): {shared_lr()}.\n"]
+        paper = [cell([load(s) for s in fedsum_specs(v, TUNE_SEEDS, ("p1",), ["FedAvg"])]) for v in PAPER_LR_GRID]
+        return [*lines, f"\nThe shared η0 (the paper's protocol: every algorithm at FedAvg's choice): {shared_lr()}. "
+                "FedAvg on the paper's own grid (the `paper-grid/` rows, pending): "
+                + "; ".join(f"η0 = {v}: {c}" for v, c in zip(PAPER_LR_GRID, paper, strict=True))
+                + f"; chosen {paper_grid_lr()}.\n"]
 
     def fedadamom_grid() -> list[str]:
         rep.summary["fedadamom_choice"] = {}

@@ -201,3 +201,12 @@ def test_the_stages_for_the_claims_as_stated_resolve_to_valid_configs():
     assert arms == {"FedSUM no-K": (20, 5, 32, 0.3, 0.2, False), "FedSUM skip-empty": (20, 5, 32, 0.3, 1.0, True),
                     "FedSUM N=100": (100, 5, 32, 0.3, 1.0, False), "MIFA N=100": (100, 5, 32, 0.3, 1.0, None)}
     assert len(fr.case2p_constant_specs()) == 50 and len(fr.family128_specs()) == 90 and len(fr.probe_specs()) == 80
+    # the fifth round's steps: the paper's eta_0 grid (FedAvg only), beta2 i.i.d., batch 16, FAFED at full
+    assert {cfg(s).local.lr for s in fr.paper_grid_tune_specs()} == set(fr.PAPER_LR_GRID)
+    assert fr.paper_grid_lr() in fr.PAPER_LR_GRID
+    assert {cfg(s).local.lr for s in fr.paper_grid_specs()} == {fr.paper_grid_lr()}
+    assert all(cfg(s).data.partition == "iid" for s in fr.ablation_iid_specs())
+    assert all((cfg(s).local.batch_size, cfg(s).local.lr, cfg(s).local.lr_schedule) == (16, 0.1, "constant")
+               for s in fr.family_small_batch_specs())
+    assert all(cfg(s).participation.pattern == "full" and cfg(s).algorithm.name == "fafed"
+               for s in fr.fafed_full_specs())
