@@ -444,7 +444,7 @@ def render(entries: list[dict], pending: Sequence[ClaimSpec] = ()) -> str:
                     "| id | metric, round | claimed | Δ (95% interval) | Wilcoxon p | Holm p | verdict | "
                     "this row's own |", "|---|---|---|---|---|---|---|---|"]
             for e in rows:
-                unit = " (pp)" if e["scale"] == 100 and e["statistic"] == "mean difference" else ""
+                unit = " (pp)" if e["scale"] == 100 and "difference" in e["statistic"] else ""
                 out.append(f"| {e['id']} | {e['metric']}{unit}, {e['round']} | {_expect(e)} | {_cell(e)} | "
                            f"{_p(e['p_wilcoxon'])} | {_p(e['p_holm'])} | **{e['verdict']}** | {_own(e, common)} |")
     if pending:

@@ -153,6 +153,11 @@ def _fedsum(pattern: str, label: str) -> tuple[str, ...]:
     return _files(fedsum_specs(shared_lr(), patterns=(pattern,), labels=[label]))
 
 
+def shared_deviations(lr: float) -> tuple[str, ...]:
+    """The deviations of every row of the FedSUM comparison at the shared η0 = ``lr``."""
+    return (*FEDSUM_DEVIATIONS[:5], lr_deviation(lr), FEDSUM_DEVIATIONS[6], RECONSTRUCTION)
+
+
 def own(base: str) -> tuple[str, ...]:
     """A baseline's own deviation from its paper, if it has one."""
     return (BASELINE_DEVIATIONS[base],) if base in BASELINE_DEVIATIONS else ()
@@ -164,7 +169,7 @@ def fedsum_claims(lr: float | None = None, prefix: str = "", command: str = "pyt
     choice on the wider grid; the paper-grid rows pass FedAvg's choice on the paper's grid), per pattern and
     per baseline."""
     lr = shared_lr() if lr is None else lr
-    devs = (*FEDSUM_DEVIATIONS[:5], lr_deviation(lr), FEDSUM_DEVIATIONS[6], RECONSTRUCTION)
+    devs = shared_deviations(lr)
 
     def files(p: str, label: str) -> tuple[str, ...]:
         return _files(fedsum_specs(lr, patterns=(p,), labels=[label]))
@@ -582,20 +587,25 @@ def probe_claims() -> list[ClaimSpec]:
     for p in ("p2", "p3"):
         mifa = _files(fedsum_specs(lr, patterns=(p,), labels=["MIFA"]))
         ref = _files(fedsum_specs(lr, patterns=(p,), labels=["FedAvg"]))
-        arms = {"FedSUM no-K": ("x −= η_l y/N: the server step without K (algorithm.global_lr = 1/K)", mifa, ref),
-                "FedSUM skip-empty": ("no server step in a round without clients", mifa, ref),
-                "FedSUM N=100": ("N = 100 (FedSUM and MIFA) with the N = 20 recipe: η0 = 0.3, K = 5, batch 32, 100 "
-                                 "rounds", _by(specs, f"probe/{p}", "MIFA N=100"), ())}
-        for label, (reading, b, reference) in arms.items():
+        n20 = (f"Fashion-MNIST, {p.upper()}, N = 20, S = 4, K = 5, batch 32, η_l = η0/sqrt(t/10 + 1) at the shared "
+               f"η0 = {lr}, η_g = 1, 100 rounds, seeds 0-9")
+        n100 = (f"Fashion-MNIST, {p.upper()}, N = 100, S = 20 (the same 20% rate), about 600 examples per client, "
+                f"K = 5, batch 32, η_l = η0/sqrt(t/10 + 1) at η0 = {lr}, η_g = 1, 100 rounds, seeds 0-9 "
+                "(configs/fmnist/fedsum_paper.yaml with the N = 20 recipe)")
+        at_n100 = (FEDSUM_DEVIATIONS[0], "K = 5 local steps, not 10; batch 32, not 128", FEDSUM_DEVIATIONS[4],
+                   *shared_deviations(lr)[5:])
+        arms = {"FedSUM no-K": ("x −= η_l y/N, the server step without K (algorithm.global_lr = 1/K)", n20, mifa,
+                                ref, shared_deviations(lr)),
+                "FedSUM skip-empty": ("no server step in a round without clients", n20, mifa, ref,
+                                      shared_deviations(lr)),
+                "FedSUM N=100": ("the reconstruction at N = 100, against MIFA at N = 100: the scale, not the rule, "
+                                 "changes", n100, _by(specs, f"probe/{p}", "MIFA N=100"), (), at_n100)}
+        for label, (reading, run, b, reference, devs) in arms.items():
             out.append(ClaimSpec(
                 id=f"probe/{p.upper()}/{label.replace(' ', '-')}-vs-MIFA", seed=FEDSUM_SEED, quote=Q_FIG1A,
-                stated=FEDSUM_STATED, role="probe", opponent="MIFA", reference=reference,
-                run=f"Fashion-MNIST, {p.upper()}, N = 20, S = 4, K = 5, batch 32, η_l = η0/sqrt(t/10 + 1) at the "
-                    f"shared η0 = {lr}, η_g = 1, 100 rounds, seeds 0-9; a probe arm",
-                deviations=(*FEDSUM_DEVIATIONS[:5], lr_deviation(lr), FEDSUM_DEVIATIONS[6], RECONSTRUCTION,
-                            f"probe: FedSUM's reconstructed rule read another way ({reading}); it says what the "
-                            "reconstruction decides in the fig1a-faster-final FedSUM-vs-MIFA rows, it is not "
-                            "the paper's algorithm either"),
+                stated=FEDSUM_STATED, role="probe", opponent="MIFA", reference=reference, run=run,
+                deviations=(*devs, f"arm: {reading}; it shows how much the reading decides in the fig1a-faster-final "
+                            "FedSUM-vs-MIFA rows, and is not the paper's algorithm either"),
                 kind="greater", metric="test_accuracy", round="final", scale=100, a=_by(specs, f"probe/{p}", label),
                 b=b, command="python experiments/fmnist.py probe"))
     return out
