@@ -417,9 +417,9 @@ def summary(entries: list[dict]) -> list[str]:
 
 def render(entries: list[dict], pending: Sequence[ClaimSpec] = ()) -> str:
     """The page's verdict tables: a summary and a count of the verdicts per claim; then per seed sentence
-    (in the file's order) and per stated conditions and run under it, the deviations every row of that
-    group shares and one row per entry with what is its own (role, deviations, opponent, reason, power);
-    then the claims not run yet."""
+    (in the file's order), per stated conditions and run under it and per claim (id prefix), the
+    deviations every row of that group shares and one row per entry with what is its own (role,
+    deviations, opponent, reason, power); then the claims not run yet."""
     m = sum(e["p_wilcoxon"] is not None for e in entries)
     out = [f"{len(entries)} entries in `docs/results/claims.json`; {m} with a Wilcoxon p, Holm-adjusted "
            f"together (with ten seeds the smallest signed-rank p is 2/1024, so the smallest Holm p possible is "
@@ -432,14 +432,18 @@ def render(entries: list[dict], pending: Sequence[ClaimSpec] = ()) -> str:
     for name, rows in [*prefixes.items(), ("**all**", entries)]:
         out.append(f"| {name} | {len(rows)} | " + " | ".join(str(sum(e["verdict"] == w for e in rows))
                                                             for w in VERDICTS) + " |")
-    groups: dict[str, dict[tuple[str, str], list[dict]]] = {}  # quote -> (stated, run) -> rows
+    groups: dict[str, dict[tuple[str, str, str], list[dict]]] = {}  # quote -> (stated, run, claim) -> rows
     for e in entries:
-        groups.setdefault(e["quote"], {}).setdefault((e["stated"], e["run"]), []).append(e)
-    for quote, runs in groups.items():
-        out += ["", f"> {quote}", "", f"*{next(iter(runs.values()))[0]['seed']}*."]
-        for (stated, run), rows in runs.items():
+        groups.setdefault(e["quote"], {}).setdefault((e["stated"], e["run"], e["id"].split("/")[0]), []).append(e)
+    for quote, parts in groups.items():
+        out += ["", f"> {quote}", "", f"*{next(iter(parts.values()))[0]['seed']}*."]
+        conditions = None
+        for (stated, run, claim), rows in parts.items():
             common = [d for d in rows[0]["deviations"] if all(d in e["deviations"] for e in rows)]
-            out += ["", f"Stated: {stated}. Run: {run}.", "Deviations of every row below: "
+            if (stated, run) != conditions:
+                out += ["", f"Stated: {stated}. Run: {run}."]
+                conditions = (stated, run)
+            out += ["", f"`{claim}`: deviations of every row below: "
                     + ("; ".join(common) if common else "none beyond each row's own") + ".", "",
                     "| id | metric, round | claimed | Δ (95% interval) | Wilcoxon p | Holm p | verdict | "
                     "this row's own |", "|---|---|---|---|---|---|---|---|"]
