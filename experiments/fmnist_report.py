@@ -65,6 +65,8 @@ from fmnist_runs import (
     fedsum_specs,
     load,
     paper_grid_lr,
+    paper_grid_specs,
+    paper_grid_tune_specs,
     paper_specs,
     probe_specs,
     run_all,
@@ -279,10 +281,12 @@ def fedsum_rows(specs: list[dict]) -> dict[str, dict[str, dict[int, dict]]]:
 
 
 def fedsum_section(rep: Report, name: str) -> dict | None:
-    """The FedSUM comparison at each algorithm's own η0 (``tuned``) or at the shared η0 (``shared``)."""
+    """The FedSUM comparison at each algorithm's own η0 (``tuned``), at the shared η0 (``shared``), or at
+    FedAvg's choice on the paper's η0 grid (``paper_grid``)."""
     from fmnist_runs import tuned_specs
 
-    specs, status = choose(tuned_specs if name == "tuned" else fedsum_specs, tune_specs())
+    make = {"tuned": tuned_specs, "shared": fedsum_specs, "paper_grid": paper_grid_specs}[name]
+    specs, status = choose(make, tune_specs() if name != "paper_grid" else paper_grid_tune_specs())
     status = status or pending(specs)
     if status:
         rep.blocks[f"fedsum_{name}"] = status + "\n"
@@ -296,7 +300,8 @@ def fedsum_section(rep: Report, name: str) -> dict | None:
         parts += [f"**{p.upper()}**, round 100, seeds {SEEDS[0]}-{SEEDS[-1]}\n", text]
     rep.summary[f"fedsum_{name}"] = data
     rep.blocks[f"fedsum_{name}"] = "\n".join(parts)
-    plot_fedsum(rows, OUT / f"fedsum_{name}.png", "each at its own η0" if name == "tuned" else "shared η0")
+    titles = {"tuned": "each at its own η0", "shared": "shared η0", "paper_grid": "η0 from the paper's grid"}
+    plot_fedsum(rows, OUT / f"fedsum_{name}.png", titles[name])
     return rows if name == "tuned" else None
 
 
@@ -705,10 +710,11 @@ def plot_fedadamom(path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- report
 
-BLOCKS = ("claims", "neutrality", "tuning", "fedsum_tuned", "fedsum_shared", "budget", "diagnosis", "cases",
-          "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "flatness_same_loss", "paper",
+BLOCKS = ("claims", "neutrality", "tuning", "fedsum_tuned", "fedsum_shared", "fedsum_paper_grid", "budget",
+          "diagnosis", "cases", "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "flatness_same_loss", "paper",
           "probe")
 PLOTS = {"fedsum_tuned": "FedSUM comparison, each at its own eta_0", "fedsum_shared": "FedSUM comparison, shared eta_0",
+         "fedsum_paper_grid": "FedSUM comparison, eta_0 from the paper's grid",
          "fedadamom": "FedAdamom comparison", "paper": "FedSUM at its paper's settings, seed 0",
          }  # written by their sections once all their runs are finished
 MARK = re.compile(r"(<!-- tables\.md: ([\w.]+) -->\n)(.*?)(<!-- end \2 -->)", re.S)
@@ -731,6 +737,7 @@ def report() -> None:
     tuning(rep)
     tuned = fedsum_section(rep, "tuned")
     fedsum_section(rep, "shared")
+    fedsum_section(rep, "paper_grid")
     budget_section(rep, tuned)
     diagnosis_section(rep)
     cases_section(rep)
