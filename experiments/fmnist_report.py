@@ -711,8 +711,8 @@ def plot_fedadamom(path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- report
 
 BLOCKS = ("claims", "neutrality", "tuning", "fedsum_tuned", "fedsum_shared", "fedsum_paper_grid", "budget",
-          "diagnosis", "cases", "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness", "flatness_same_loss", "paper",
-          "probe")
+          "diagnosis", "cases", "case2p", "fadamgc", "fedadamom_0.1", "fedadamom_0.5", "beta2", "flatness",
+          "flatness_same_loss", "paper", "probe")
 PLOTS = {"fedsum_tuned": "FedSUM comparison, each at its own eta_0", "fedsum_shared": "FedSUM comparison, shared eta_0",
          "fedsum_paper_grid": "FedSUM comparison, eta_0 from the paper's grid",
          "fedadamom": "FedAdamom comparison", "paper": "FedSUM at its paper's settings, seed 0",
