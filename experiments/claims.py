@@ -45,8 +45,8 @@ at round 0).
 
 Every value is in the run files' units (accuracy in [0, 1]); ``scale`` says how the page shows them (100:
 points). A run that diverged (``finite`` false) counts as chance accuracy and has no loss: its seed drops
-out of loss comparisons. A claim whose run files are not all there yet is not in the file: the page lists
-it as "not yet run" with the command that runs it.
+out of loss comparisons. A claim whose run files are not all there yet is in the file as "pending" (its
+run files and the ``command`` that runs them, no numbers); the page lists it under "not yet run".
 """
 
 from __future__ import annotations
@@ -65,15 +65,15 @@ CHANCE = 0.1  # ten classes: the accuracy a diverged run counts as
 COLLAPSED = 0.12  # a finite run whose final accuracy is at most this has collapsed to chance
 ACCURACY = ("test_accuracy", "budget_accuracy")
 REPRODUCES, DOES_NOT, INCONCLUSIVE = "reproduces", "does not reproduce", "inconclusive"
-NOT_EVIDENCE, NOT_RUN = "not evidence", "not run"
-VERDICTS = (REPRODUCES, DOES_NOT, INCONCLUSIVE, NOT_EVIDENCE, NOT_RUN)
+NOT_EVIDENCE, NOT_RUN, PENDING = "not evidence", "not run", "pending"
+VERDICTS = (REPRODUCES, DOES_NOT, INCONCLUSIVE, NOT_EVIDENCE, NOT_RUN, PENDING)
 # an opponent whose mean final accuracy trails FedAvg's in the same runs by more than this is no fair
 # opponent; set in the fifth round with the results on the page (post hoc), like the margins
 OPPONENT_MARGIN = 0.05
 FIELDS = ("id", "seed", "quote", "stated", "run", "deviations", "kind", "margin", "statistic", "metric", "round",
           "a", "b", "scale", "delta", "ci95", "p_wilcoxon", "p_holm", "verdict",
           "role", "interval_verdict", "reason", "opponent", "power", "margin_basis", "null", "c", "d",
-          "measured_rounds")
+          "measured_rounds", "command")
 
 
 @dataclass(frozen=True)
@@ -254,8 +254,8 @@ def evaluate(spec: ClaimSpec) -> dict:
     entry.update(a=list(spec.a), b=list(spec.b), c=list(spec.c), d=list(spec.d), deviations=list(spec.deviations),
                  delta=None, ci95=[None, None], p_wilcoxon=None, p_holm=None, interval_verdict=None,
                  reason=spec.reason or None, opponent=None, power=None, measured_rounds=None, verdict=None)
-    if spec.role == NOT_RUN:
-        entry["verdict"] = NOT_RUN
+    if spec.role == NOT_RUN or spec.missing():  # no runs possible here, or its run files not there yet
+        entry["verdict"] = NOT_RUN if spec.role == NOT_RUN else PENDING
         return {k: entry[k] for k in FIELDS}
     if spec.metric.startswith("escape_"):
         return {k: entry[k] for k in FIELDS} | escape_entry(spec)
@@ -312,13 +312,13 @@ def _num(v: float | None) -> float | None:
     return None if v is None or not np.isfinite(v) else float(v)
 
 
-def build(specs: Sequence[ClaimSpec]) -> tuple[list[dict], list[ClaimSpec]]:
-    """(the entries of every claim whose files are all there, Holm-adjusted together; the claims not run yet)."""
-    ready = [s for s in specs if s.role == NOT_RUN or not s.missing()]
-    entries = [evaluate(s) for s in ready]
+def build(specs: Sequence[ClaimSpec]) -> list[dict]:
+    """The entry of every claim, Holm-adjusted together; a claim whose run files are not all there yet is
+    "pending" (its files and the command that runs them, no numbers)."""
+    entries = [evaluate(s) for s in specs]
     for e, p in zip(entries, holm([e["p_wilcoxon"] for e in entries]), strict=True):
         e["p_holm"] = p
-    return entries, [s for s in specs if s.role != NOT_RUN and s.missing()]
+    return entries
 
 
 def write(entries: list[dict], path: Path = CLAIMS) -> None:
@@ -391,13 +391,15 @@ def _own(e: dict, common: Sequence[str]) -> str:
 
 
 def summary(entries: list[dict]) -> list[str]:
-    """The count of every verdict, and per claim (id prefix) where the hits and the misses are."""
+    """The count of every verdict, and per claim (id prefix) where the hits and the misses are (out of the
+    entries judged: pending ones left out)."""
     counts = {w: sum(e["verdict"] == w for e in entries) for w in VERDICTS}
     out = ["**Summary.** " + ", ".join(f"{n} {w}" for w, n in counts.items()) + f" of {len(entries)} entries "
            f"({sum(e['role'] == 'probe' for e in entries)} probe and "
            f"{sum(e['role'] == 'exploratory' for e in entries)} exploratory entries among them).", ""]
+    judged = [e for e in entries if e["verdict"] != PENDING]
     prefixes: dict[str, list[dict]] = {}
-    for e in entries:
+    for e in judged:
         prefixes.setdefault(e["id"].split("/")[0], []).append(e)
     for word, name in ((REPRODUCES, "Reproduced"), (DOES_NOT, "Not reproduced (the interval lies wholly on the "
                                                                 "wrong side)"),
@@ -406,7 +408,7 @@ def summary(entries: list[dict]) -> list[str]:
                 if any(e["verdict"] == word for e in rows)]
         out.append(f"- {name}: " + (", ".join(hits) if hits else "none") + ".")
     against: dict[str, list[dict]] = {}
-    for e in entries:
+    for e in judged:
         if e["opponent"] and e["role"] == "confirmatory":
             against.setdefault(e["opponent"]["name"], []).append(e)
     out.append("- By opponent (confirmatory rows: reproduces / does not reproduce / inconclusive / not evidence): "
@@ -415,7 +417,7 @@ def summary(entries: list[dict]) -> list[str]:
     return out
 
 
-def render(entries: list[dict], pending: Sequence[ClaimSpec] = ()) -> str:
+def render(entries: list[dict]) -> str:
     """The page's verdict tables: a summary and a count of the verdicts per claim; then per seed sentence
     (in the file's order), per stated conditions and run under it and per claim (id prefix), the
     deviations every row of that group shares and one row per entry with what is its own (role,
@@ -433,7 +435,7 @@ def render(entries: list[dict], pending: Sequence[ClaimSpec] = ()) -> str:
         out.append(f"| {name} | {len(rows)} | " + " | ".join(str(sum(e["verdict"] == w for e in rows))
                                                             for w in VERDICTS) + " |")
     groups: dict[str, dict[tuple[str, str, str], list[dict]]] = {}  # quote -> (stated, run, claim) -> rows
-    for e in entries:
+    for e in (e for e in entries if e["verdict"] != PENDING):
         groups.setdefault(e["quote"], {}).setdefault((e["stated"], e["run"], e["id"].split("/")[0]), []).append(e)
     for quote, parts in groups.items():
         out += ["", f"> {quote}", "", f"*{next(iter(parts.values()))[0]['seed']}*."]
@@ -451,15 +453,17 @@ def render(entries: list[dict], pending: Sequence[ClaimSpec] = ()) -> str:
                 unit = " (pp)" if e["scale"] == 100 and "difference" in e["statistic"] else ""
                 out.append(f"| {e['id']} | {e['metric']}{unit}, {e['round']} | {_expect(e)} | {_cell(e)} | "
                            f"{_p(e['p_wilcoxon'])} | {_p(e['p_holm'])} | **{e['verdict']}** | {_own(e, common)} |")
+    pending = [e for e in entries if e["verdict"] == PENDING]
     if pending:
-        out += ["", "**Not yet run** (no verdict until their run files exist):", "",
-                "| claims | files missing | why | command |", "|---|---|---|---|"]
-        by_command: dict[str, list[ClaimSpec]] = {}
-        for s in pending:
-            by_command.setdefault(s.command, []).append(s)
-        for command, specs in by_command.items():
-            missing = len({p for s in specs for p in s.missing()})
-            ids = ", ".join(dict.fromkeys(s.id.split("/")[0] for s in specs)) + f" ({len(specs)} entries)"
-            why = "; ".join(dict.fromkeys(s.reason for s in specs if s.reason))
+        out += ["", "**Not yet run** (entries of the claims file with the verdict \"pending\": no numbers until "
+                "their run files exist):", "", "| claims | files missing | why | command |", "|---|---|---|---|"]
+        by_command: dict[str, list[dict]] = {}
+        for e in pending:
+            by_command.setdefault(e["command"], []).append(e)
+        for command, rows in by_command.items():
+            files = {p for e in rows for p in (*e["a"], *e["b"], *e["c"], *e["d"])}
+            missing = sum(not (REPO / p).is_file() for p in files)
+            ids = ", ".join(dict.fromkeys(e["id"].split("/")[0] for e in rows)) + f" ({len(rows)} entries)"
+            why = "; ".join(dict.fromkeys(e["reason"] for e in rows if e["reason"]))
             out.append(f"| {ids} | {missing} | {why} | `{command}` |")
     return "\n".join(out) + "\n"

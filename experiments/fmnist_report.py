@@ -748,9 +748,9 @@ def report() -> None:
     paper_section(rep, tuned)
     probe_section(rep)
     escape_section(rep)
-    entries, not_run = claims.build(page_claims())
+    entries = claims.build(page_claims())
     claims.write(entries)  # the page's verdicts are rendered from the file, read back
-    rep.blocks["claims"] = claims.render(json.loads(claims.CLAIMS.read_text()), not_run)
+    rep.blocks["claims"] = claims.render(json.loads(claims.CLAIMS.read_text()))
     (OUT / "tables.md").write_text("".join(f"<!-- {name} -->\n{rep.blocks[name].strip()}\n\n" for name in BLOCKS))
     (OUT / "summary.json").write_text(json.dumps(rep.summary, indent=1) + "\n")
     page = dict(rep.blocks)  # the plots only on the page (tables.md lives elsewhere: its links would differ)
