@@ -94,7 +94,7 @@ class ClaimSpec:
     scale: float = 1.0
     margin: float | None = None  # equivalence / non-inferiority margin, in the metric's units
     statistic: str = "mean difference"  # or "sd ratio", "difference of differences", "exact ratio"
-    command: str = ""  # what runs the files (shown while they are missing)
+    command: str = ""  # what runs the files (every entry carries it; the page shows it while they are missing)
     role: str = "confirmatory"  # | probe | exploratory | not run
     opponent: str = ""  # the method b stands for, where the opponent rule applies
     reference: tuple[str, ...] = ()  # FedAvg's run files in the same setting (the opponent rule)
@@ -102,7 +102,7 @@ class ClaimSpec:
     null: float | None = None  # default 0 (a difference) or 1 (a ratio)
     c: tuple[str, ...] = ()  # the second pair of an interaction
     d: tuple[str, ...] = ()
-    reason: str = ""  # why a "not run" claim is not run
+    reason: str = ""  # why a "not run" claim is not run, or why a pending one has not run yet
 
     def missing(self) -> list[str]:
         return [p for p in (*self.a, *self.b, *self.c, *self.d, *self.reference) if not (REPO / p).is_file()]
