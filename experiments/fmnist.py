@@ -13,6 +13,10 @@ against the adaptive server optimizers, with the FedSUM paper's MNIST CNN, ten r
     python experiments/fmnist.py paper       # FedSUM, FedSUM-CR, MIFA, FedAvg at the paper's settings (N = 100)
     python experiments/fmnist.py case2p_constant  # Case 2 over p at Fig. 10's constant rates (eta_l = 0.01)
     python experiments/fmnist.py family128   # FedSUM-B, FedSUM, FedSUM-CR at H.5's batch 128, constant eta_l = 0.1
+    python experiments/fmnist.py paper_grid  # the shared-eta0 comparison at FedAvg's choice on the paper's grid
+    python experiments/fmnist.py ablation_iid  # FedAdamom's beta2 with an i.i.d. partition
+    python experiments/fmnist.py family_small_batch  # the FedSUM family at H.5's rates with batch 16
+    python experiments/fmnist.py fafed_full  # FAFED with every client in every round
     python experiments/fmnist.py probe       # the reconstruction probe: FedSUM's server step read other ways
     python experiments/fmnist.py diagnose    # why FedSUM trails: its y against the true gradient
     python experiments/fmnist.py flatness    # FedAdamom's flatness claim: sharpness of the trained models
@@ -38,16 +42,21 @@ from fmnist_runs import (
     ALL_STAGES,
     ALPHAS,
     CHOOSE_AT,
+    ablation_iid_specs,
     ablation_specs,
     case2p_constant_specs,
     case2p_specs,
     case_specs,
     fadamgc_specs,
+    fafed_full_specs,
     family128_specs,
+    family_small_batch_specs,
     fedadamom_specs,
     fedsum_specs,
     grid_specs,
     load,
+    paper_grid_specs,
+    paper_grid_tune_specs,
     paper_specs,
     probe_specs,
     run_all,
@@ -70,6 +79,10 @@ STEPS = {
     "case2p_constant": (case2p_constant_specs,),
     "family128": (family128_specs,),
     "probe": (tune_specs, probe_specs),
+    "paper_grid": (paper_grid_tune_specs, paper_grid_specs),
+    "ablation_iid": (ablation_iid_specs,),
+    "family_small_batch": (family_small_batch_specs,),
+    "fafed_full": (fedadamom_specs, fafed_full_specs),
 }
 
 

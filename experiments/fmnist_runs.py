@@ -50,6 +50,7 @@ FEDSUM_ALGORITHMS = {  # label -> algorithm overrides
     "FedSUM-CR": ["algorithm.name=fedsum_cr"],
 }
 LR_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)  # eta_0
+PAPER_LR_GRID = (0.01, 0.005, 0.001, 0.0005)  # the FedSUM paper's eta_0 grid, searched with FedAvg (Sec. 5)
 
 FEDADAMOM_ALGORITHMS: dict[str, tuple[list[str], str, tuple[float, ...]]] = {
     # label -> (fixed overrides, the key of its grid, the grid); grids whose best value was at an edge
@@ -296,6 +297,27 @@ def own_lr(label: str) -> float:
     return lr
 
 
+def paper_grid_tune_specs() -> list[dict]:
+    """FedAvg at every eta_0 of the paper's grid PAPER_LR_GRID, P1, on the tuning seeds: the paper chooses
+    the one eta_0 every algorithm shares with FedAvg."""
+    return [s for lr in PAPER_LR_GRID for s in fedsum_specs(lr, TUNE_SEEDS, ("p1",), ["FedAvg"])]
+
+
+def paper_grid_lr() -> float:
+    """FedAvg's choice on the paper's grid (lowest mean f(x) on the tuning seeds, as for ``shared_lr``)."""
+    lr = best({lr: [load(s) for s in fedsum_specs(lr, TUNE_SEEDS, ("p1",), ["FedAvg"])] for lr in PAPER_LR_GRID})
+    if lr is None:
+        raise SystemExit("FedAvg's eta_0 on the paper's grid is not chosen yet: run "
+                         "'python experiments/fmnist.py paper_grid' first")
+    return lr
+
+
+def paper_grid_specs() -> list[dict]:
+    """The FedSUM comparison (9 algorithms x P1-P3 x the reported seeds) at FedAvg's choice on the paper's
+    grid: the shared-eta_0 table under the paper's own protocol."""
+    return fedsum_specs(paper_grid_lr())
+
+
 def tuned_specs(patterns=PATTERNS) -> list[dict]:
     """Every algorithm at its own eta_0 x ``patterns`` x the reported seeds."""
     return [s for label in FEDSUM_ALGORITHMS for s in fedsum_specs(own_lr(label), patterns=patterns, labels=[label])]
@@ -404,6 +426,36 @@ def family128_specs() -> list[dict]:
             for seed in SEEDS for pattern in PATTERNS for label in FAMILY_ALGORITHMS]
 
 
+def ablation_iid_specs() -> list[dict]:
+    """FedAdamom's beta2 over BETA2_GRID with an i.i.d. partition (the paper's second beta2 row), on the
+    reported seeds."""
+    return [spec("fedadamom_beta2/iid", f"FedAdamom beta2={b}", FEDADAMOM_BASE,
+                 ["algorithm.name=fedadamom", f"algorithm.beta2={b}", "data.partition=iid"], seed)
+            for seed in SEEDS for b in BETA2_GRID]
+
+
+SMALL_BATCH = 16  # H.5: "Under a smaller batch size (e.g., 8 or 16), the performance of FedSUM-B degrades"
+
+
+def family_small_batch_specs() -> list[dict]:
+    """The FedSUM family at H.5's constant eta_l = 0.1 with batch SMALL_BATCH instead of 128, P1-P3 x the
+    reported seeds (group family16/<pattern>)."""
+    return [spec(f"family{SMALL_BATCH}/{pattern}", label, FEDSUM_BASE,
+                 [*FEDSUM_ALGORITHMS[label], f"participation.pattern={pattern}", f"local.batch_size={SMALL_BATCH}",
+                  "local.lr=0.1", "local.lr_schedule=constant"], seed)
+            for seed in SEEDS for pattern in PATTERNS for label in FAMILY_ALGORITHMS]
+
+
+def fafed_full_specs() -> list[dict]:
+    """FAFED at its chosen client lr with every client in every round (Dirichlet 0.1, the reported seeds),
+    against its partial-participation runs of the FedAdamom comparison (group fedadamom/alpha0.1_full)."""
+    fixed, key, _ = FEDADAMOM_ALGORITHMS["FAFED"]
+    c = fedadamom_choice("FAFED")
+    return [spec(f"fedadamom/alpha{CHOOSE_AT}_full", f"FAFED {key.split('.')[-1]}={c}", FEDADAMOM_BASE,
+                 [*fixed, f"{key}={c}", f"data.alpha={CHOOSE_AT}", "participation.pattern=full"], seed)
+            for seed in SEEDS]
+
+
 PROBE_PATTERNS = ("p2", "p3")
 PROBE_ARMS = {  # label -> overrides on FedSUM at the shared eta_0 (N = 20): the readings of the server step
     "FedSUM no-K": ["algorithm.global_lr=0.2"],  # x -= eta_l y / N: the step without K (global_lr = 1/K, K = 5)
@@ -442,4 +494,9 @@ ALL_STAGES: list[Callable[[], list[dict]]] = [
     case2p_constant_specs,  # the claims as the seed states them, then the reconstruction probe
     family128_specs,
     probe_specs,
+    paper_grid_tune_specs,  # the shared-eta_0 comparison again at the paper's own eta_0 grid
+    paper_grid_specs,
+    ablation_iid_specs,  # claims the earlier rounds did not run
+    family_small_batch_specs,
+    fafed_full_specs,
 ]
