@@ -14,8 +14,9 @@ it runs, each part timed and printed as soon as it ends:
 4. Batched: the ``batched`` strategy's chunk-position invariance on the GPU (a client alone against the
    same client first, in the middle and last of a chunk, bit for bit) and its speed against
    ``sequential`` for cnn_femnist, lstm_shakespeare_unrolled, cnn_cifar10, cnn_svhn, cnn_mnist (dropout: each
-   client's masks from CUDA's dropout kernel on its own stream) and resnet18 (GroupNorm; verified here,
-   ``auto`` batches it on CUDA once this column says exact): the models that ``auto`` batches on CUDA
+   client's masks from CUDA's dropout kernel on its own stream) and resnet18 (GroupNorm, its block's
+   convolutions as batched matrix products: its CUDA position-exactness is verified here): the models
+   that ``auto`` batches on CUDA
    (tests/test_batched_exact.py checks the CNNs' positions on no GPU): one chunk of 64
    clients, 5 steps of batch 10, timed in turns (``bench/batched.py``), deterministic CUDA kernels on.
 

@@ -20,7 +20,7 @@ from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
-from fedrun.training.strategy import reproducible_strategy
+from fedrun.training.strategy import check_strategy, reproducible_strategy
 
 CNN = {"run": {"rounds": 2, "dtype": "float64", "seed": 3, "device": "cpu"},
        "data": {"name": "synthetic", "num_clients": 4, "partition": "iid",
@@ -101,7 +101,7 @@ def test_a_client_trains_to_the_same_bits_alone_or_with_others(strategy):
 @pytest.mark.parametrize("name,shape,classes,cpu", [
     ("logistic", (32,), 10, "batched"), ("linear", (32,), 1, "batched"),
     ("lstm_shakespeare_unrolled", (80,), 81, "sequential"), ("cnn_femnist", (1, 28, 28), 62, "channels_last"),
-    ("cnn_mnist", (1, 28, 28), 10, "channels_last"),
+    ("cnn_mnist", (1, 28, 28), 10, "channels_last"), ("resnet18", (3, 32, 32), 10, "channels_last"),
 ])
 def test_auto_batches_on_a_cpu_only_models_whose_step_costs_less_than_a_call(name, shape, classes, cpu):
     """On a CPU the LEAF LSTM and CNN spend most of a step in per-client matrix products, which batching cannot
@@ -122,3 +122,12 @@ def test_a_forced_strategy_that_does_not_apply_is_refused(model, strategy, needl
                         data=MNIST_SHAPE if model == "cnn_mnist" else {})
     with pytest.raises(ConfigError, match=needle):
         federation(cfg)
+
+
+def test_a_batched_block_refuses_a_dropout_layer_it_cannot_feed():
+    """AlphaDropout adds an affine shift to its noise: the batched block's `a * noise` cannot reproduce it, so a
+    forced batched strategy is one line naming the layer, before any training."""
+    model = FlatModel(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.AlphaDropout(0.2)))
+    with pytest.raises(ConfigError, match=r"strategy=batched: model plug:mlp has dropout layer 1 \(AlphaDropout\)"):
+        check_strategy("batched", model, SimpleNamespace(input_shape=(4,)), True, "plug:mlp")
+    check_strategy("sequential", model, SimpleNamespace(input_shape=(4,)), True, "plug:mlp")

@@ -22,7 +22,6 @@ of one example at start (:meth:`BlockDropout.of`); a layer's input must have the
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from fedrun.data.hashing import hash_keys
+from fedrun.training.flat_model import sharing_copy
 
 # the dropout layers whose output is their input times a noise tensor (AlphaDropout adds an affine shift)
 MULTIPLICATIVE = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
@@ -52,6 +52,15 @@ class DropoutSeeds:
     def rows(self, source: Tensor) -> DropoutSeeds:
         """The seeds of the block rows ``source`` (the rows of a padded chunk layout)."""
         return DropoutSeeds(self.client_ids[source.cpu().numpy()], self.seed, self.round_)
+
+
+def unbatchable_dropout(module: nn.Module) -> str | None:
+    """The first dropout layer of ``module`` whose output is not its input times a noise tensor (AlphaDropout),
+    ``"name (Type)"``, or None: a batched block refuses such a model (fedrun.training.strategy)."""
+    for name, layer in module.named_modules():
+        if isinstance(layer, nn.modules.dropout._DropoutNd) and not isinstance(layer, MULTIPLICATIVE):
+            return f"{name} ({type(layer).__name__})"
+    return None
 
 
 class _Fed(nn.Module):
@@ -82,14 +91,10 @@ class BlockDropout:
     def __init__(self, module: nn.Module) -> None:
         self.sites: list[tuple[nn.Module, tuple[int, ...]]] = []  # (dropout layer, input shape per example)
         self.feed: list[Tensor] | None = None
-        memo = {id(t): t for t in (*module.parameters(), *module.buffers())}
-        self.module = copy.deepcopy(module, memo)
-        for name, child in list(self.module.named_modules()):
+        self.module = sharing_copy(module)
+        for child in list(self.module.modules()):
             for key, layer in list(child.named_children()):
                 if isinstance(layer, nn.modules.dropout._DropoutNd):
-                    if not isinstance(layer, MULTIPLICATIVE):
-                        raise ValueError(f"batched dropout: {name}.{key} is {type(layer).__name__}; "
-                                         "expected Dropout, Dropout1d, Dropout2d or Dropout3d")
                     setattr(child, key, _Fed(layer, self))
 
     @staticmethod

@@ -23,12 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedrun.data.client_block import Batches
 from fedrun.training.dropout import BlockDropout, DropoutSeeds
 from fedrun.training.flat_model import FlatModel
+from fedrun.training.gemm_conv import batched_module
 from fedrun.training.losses import LossFn
 
 # clients per batched call, by device type and model size (bench/RESULTS.md: on W2's logistic regression a
@@ -63,11 +64,12 @@ def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
     return oracle
 
 
-def batched_loss_fn(model: FlatModel, loss_fn: LossFn, dropout: BlockDropout | None = None
+def batched_loss_fn(model: FlatModel, loss_fn: LossFn, module: nn.Module, dropout: BlockDropout | None = None
                     ) -> Callable[[dict[str, Tensor], Tensor, Tensor, Tensor, list[Tensor]], Tensor]:
     """Every client's masked mean loss at once, ``f_c = sum_j m_cj l(model_c(a_cj), b_cj) / max(1, sum_j m_cj)``
     for parameters ``[C, ...]``, inputs ``[C, B, ...]``, targets and mask ``[C, B]``, and with ``dropout``
-    each dropout layer's noise ``[C, B, ...]`` (fedrun.training.dropout; an empty list without).
+    each dropout layer's noise ``[C, B, ...]`` (fedrun.training.dropout; an empty list without); ``module``:
+    what vmap calls (:func:`fedrun.training.gemm_conv.batched_module`, or ``dropout.module``).
 
     A model with a ``batched_forward(params, inputs)`` method (the linear models) computes its C forward passes
     itself, as the products vmap would dispatch, and the loss runs on the flattened ``[C * B]`` examples with
@@ -75,8 +77,6 @@ def batched_loss_fn(model: FlatModel, loss_fn: LossFn, dropout: BlockDropout | N
     (on W2's logistic regression, half of a 64-client step on a CPU). Any other model is vmapped."""
     written_out = getattr(model.module, "batched_forward", None)
     if written_out is None:
-        module = model.module if dropout is None else dropout.module
-
         def client_loss(params: dict[str, Tensor], inputs: Tensor, targets: Tensor, mask: Tensor,
                         noise: list[Tensor]) -> Tensor:
             if dropout is not None:
@@ -99,8 +99,9 @@ def batched_loss_fn(model: FlatModel, loss_fn: LossFn, dropout: BlockDropout | N
 
 def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, seeds: DropoutSeeds | None = None) -> Oracle:
     """``seeds``: for a model with dropout, each row's stream (its noise drawn by :class:`BlockDropout`)."""
-    dropout = None if seeds is None else BlockDropout.of(model.module, batches.x[:1])
-    batched_loss = batched_loss_fn(model, loss_fn, dropout)
+    module = batched_module(model.module)
+    dropout = None if seeds is None else BlockDropout.of(module, batches.x[:1])
+    batched_loss = batched_loss_fn(model, loss_fn, module if dropout is None else dropout.module, dropout)
     counts = batches.mask.sum(2).cpu().numpy() if dropout is not None else None
 
     def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:

@@ -33,6 +33,7 @@ from fedrun.config import LocalConfig
 from fedrun.data.client_block import ClientBlock
 from fedrun.errors import ConfigError
 from fedrun.protocol import LocalPlan
+from fedrun.training.dropout import unbatchable_dropout
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
@@ -44,7 +45,7 @@ MAX_TIMED_CLIENTS = 8  # enough to see vmap's batching gain; bounds the start-up
 # the same client at every tested position of a chunk, float32 and float64); any other model, plugins
 # included, is never batched by auto
 EXACT_BATCHED = frozenset({"linear", "logistic", "cnn_mnist", "cnn_femnist", "cnn_cifar10", "cnn_svhn",
-                           "lstm_shakespeare_unrolled"})
+                           "lstm_shakespeare_unrolled", "resnet18"})
 # parameters up to which auto batches a model without convolutions on a CPU (W2's logistic regression, 330:
 # batched 6.3x the bare loop; the Shakespeare LSTM, 820,185: no faster than sequential, bench/RESULTS.md)
 CPU_BATCHED_DIM = 1 << 16
@@ -87,6 +88,10 @@ def reproducible_strategy(model: FlatModel, block: ClientBlock, model_name: str,
 
 def check_strategy(requested: str, model: FlatModel, block: ClientBlock, random_model: bool, model_name: str) -> None:
     """A forced ``local.strategy`` must apply to the model (a one-line ConfigError otherwise)."""
+    layer = unbatchable_dropout(model.module) if requested == "batched" else None
+    if layer is not None:
+        raise ConfigError(f"local.strategy=batched: model {model_name} has dropout layer {layer}; a batched block "
+                          "takes Dropout, Dropout1d, Dropout2d or Dropout3d (expected local.strategy=sequential)")
     if requested in ("auto", "fastest") or requested in applicable_strategies(model, block, random_model):
         return
     if requested == "vmap":
