@@ -5,6 +5,7 @@ one-line config error."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from helpers import federation, single_world
 
 import fedrun
+from fedrun.cli import main
 from fedrun.errors import ConfigError
 from fedrun.models import build_model
 from fedrun.protocol import LocalPlan
@@ -131,3 +133,17 @@ def test_a_batched_block_refuses_a_dropout_layer_it_cannot_feed():
     with pytest.raises(ConfigError, match=r"strategy=batched: model plug:mlp has dropout layer 1 \(AlphaDropout\)"):
         check_strategy("batched", model, SimpleNamespace(input_shape=(4,)), True, "plug:mlp")
     check_strategy("sequential", model, SimpleNamespace(input_shape=(4,)), True, "plug:mlp")
+
+
+def test_runtime_json_says_which_strategy_and_why(tmp_path):
+    """A real run's runtime.json: the strategy auto took and the branch of the rule that decided, or the
+    config that forced one."""
+    base = ["data.name=synthetic", "data.synthetic.shape=[12]", "data.num_clients=4", "model.name=logistic",
+            "participation.pattern=full", "run.rounds=1", "eval.every=0", "--quiet"]
+    for strategy, reason in (("auto", "auto on cpu: logistic's batched block is verified exact"),
+                             ("sequential", "local.strategy=sequential in the config")):
+        run_dir = tmp_path / strategy
+        assert main(["train", *base, f"local.strategy={strategy}", f"run.dir={run_dir}"]) == 0
+        runtime = json.loads((run_dir / "runtime.json").read_text())
+        assert runtime["local_strategy"] == ("batched" if strategy == "auto" else strategy)
+        assert runtime["strategy_reason"].startswith(reason), runtime["strategy_reason"]

@@ -3,10 +3,14 @@
 A client's dropout masks come from its own stream: before each local step k of client i the generator is
 re-seeded from (seed, round, i, k) (:meth:`DropoutSeeds.reseed`), and the model's dropout layers then draw
 in the order of its forward pass. A dropout layer with drop rate p computes, on its input a of shape
-[b, ...] (torch's CPU kernel; CUDA's fused kernel gives the same products)
+[b, ...] (torch's CPU kernel)
 
     noise = bernoulli(1 - p) / (1 - p)     of shape [b, ...], or [b, C, 1, ...] for Dropout1d/2d/3d
     y     = a * noise
+
+(CUDA's fused kernel computes ``a * m * (1 / (1 - p))`` with a 0/1 mask m drawn for a's shape: for m = 1
+the same single rounding of ``a * (1 / (1 - p))``, and m depends only on the generator state, the shape
+and the memory alignment, which a fresh tensor of the same shape shares)
 
 so a client's draws never depend on who trains beside it, and the run is the same on any number of ranks.
 
