@@ -1,6 +1,6 @@
 """Gradient oracles: minibatch gradients of a group of clients at their points, ``g, loss = oracle(x, rows, k)``.
 
-Three strategies compute the same arithmetic (up to the order of floating-point sums):
+Four strategies compute the same arithmetic (up to the order of floating-point sums):
 
 * ``sequential``: one client after another (the module's own backward on views of x), the cost
   model of a plain PyTorch loop; models that draw random numbers (dropout) re-seed their generator
@@ -8,8 +8,9 @@ Three strategies compute the same arithmetic (up to the order of floating-point 
 * ``channels_last``: ``sequential`` with images and convolution kernels in NHWC memory order (CNNs only).
 * ``vmap``: the whole block in one batched call (torch.func.vmap of the loss over the client
   dimension, one backward), which turns C small models into one batched kernel; padded slots are
-  masked out of the loss. Dropout layers take each client's noise drawn outside the batched call from
-  the client's own stream (fedrun.training.dropout): the masks the client draws alone.
+  masked out of the loss. Given per-row dropout seeds (``batched`` only), dropout layers take each
+  client's noise drawn outside the batched call from the client's own stream (fedrun.training.dropout);
+  a model may ask for its convolutions as batched matrix products (fedrun.training.gemm_conv).
 * ``batched``: ``vmap`` on fixed-size padded chunks (:class:`Chunks`), whose kernels see the same shapes
   whatever clients share a call.
 
