@@ -194,7 +194,11 @@ BASE = ["data.name=synthetic", "data.synthetic.shape=[12]", "data.synthetic.exam
 RUNS = {"fedavg": BASE, "momentum": [*BASE, "local.momentum=0.9"],
         "scaffold": [*BASE, "algorithm.name=scaffold"], "fedsum": [*BASE, "algorithm.name=fedsum"],
         "fadamgc": [*BASE, "algorithm.name=fadamgc"], "float64": [*BASE, "run.dtype=float64"],
-        "linear": [*BASE, "model.name=linear", "data.name=least_squares", "data.partition=natural"]}
+        "linear": [*BASE, "model.name=linear", "data.name=least_squares", "data.partition=natural"],
+        # dropout: batched on CPU only when forced (auto batches cnn_mnist on CUDA), 9 of 12 clients a round
+        "dropout": [*BASE, "model.name=cnn_mnist", "data.synthetic.shape=[1,28,28]", "local.strategy=batched",
+                    "data.num_clients=12", "participation.clients_per_round=9", "run.rounds=2", "local.steps=2",
+                    "local.batch_size=4"]}
 
 
 def test_auto_batches_dense_models_on_cpu_and_keeps_convolutions_and_dropout_sequential():
@@ -212,7 +216,8 @@ def test_auto_batches_dense_models_on_cpu_and_keeps_convolutions_and_dropout_seq
 
 @pytest.mark.mpi
 def test_default_runs_are_the_same_bits_on_one_two_and_three_ranks(tmp_path):
-    """29 of 40 clients a round: on 2 and 3 ranks every chunk holds other clients at other positions."""
+    """29 of 40 clients a round: on 2 and 3 ranks every chunk holds other clients at other positions; the
+    dropout run's clients draw their masks from their own streams wherever they train."""
     one = final_models(0, tmp_path, {**RUNS, "init": [*BASE, "local.lr=0"]})
     two = final_models(2, tmp_path, RUNS)
     three = final_models(3, tmp_path, RUNS)
