@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fedrun.config import LocalConfig  # noqa: E402
 from fedrun.data.client_block import Batches  # noqa: E402
-from fedrun.models import build_model  # noqa: E402
+from fedrun.models import build_model, uses_randomness  # noqa: E402
 from fedrun.protocol import LocalPlan  # noqa: E402
+from fedrun.training.dropout import DropoutSeeds  # noqa: E402
 from fedrun.training.flat_model import FlatModel  # noqa: E402
 from fedrun.training.gradients import Chunks, chunk_size, local_oracle  # noqa: E402
 from fedrun.training.local import run_local  # noqa: E402
@@ -51,7 +52,8 @@ KERNELS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "a
                      "aten::cudnn_convolution", "aten::_convolution"})
 
 SHAPES = {"cnn_femnist": ((1, 28, 28), 62), "lstm_shakespeare_unrolled": ((80,), 81), "logistic": ((32,), 10),
-          "cnn_cifar10": ((3, 32, 32), 10), "resnet18": ((3, 32, 32), 10)}
+          "cnn_cifar10": ((3, 32, 32), 10), "cnn_svhn": ((3, 32, 32), 10), "cnn_mnist": ((1, 28, 28), 10),
+          "resnet18": ((3, 32, 32), 10)}
 
 
 class SyntheticBlock:
@@ -78,7 +80,9 @@ class SyntheticBlock:
         sizes = torch.full((len(rows), self.steps), self.batch, device=self.index.device)
         batches = Batches(index=self.index[rows_t], mask=torch.ones_like(self.index[rows_t], dtype=torch.bool),
                           sizes=sizes, steps=np.full(len(rows), self.steps), x=self.x, y=self.y, slots=self.batch)
-        oracle, group = local_oracle(strategy, self.model, cross_entropy, batches)
+        # a model with dropout draws client c's masks from its own stream (round 0), whatever the strategy
+        seeds = DropoutSeeds(np.asarray(rows), 0, 0) if uses_randomness(self.model.module) else None
+        oracle, group = local_oracle(strategy, self.model, cross_entropy, batches, seeds)
         plan = LocalPlan(start=self.x0.expand(len(rows), -1))
         out = run_local(plan, oracle, sizes > 0, 0.05, LocalConfig(steps=self.steps, batch_size=self.batch),
                         group).x_end
@@ -147,7 +151,7 @@ def compare(name: str, clients: int, steps: int, batch: int, reps: int, device: 
             out.update({f"{s}_kernel_s": kernel_seconds(block, s, rows) / per_step for s in ("sequential", "batched")})
             out["bound"] = statistics.median(times["sequential"]) / per_step / min(
                 out["sequential_kernel_s"], out["batched_kernel_s"])
-    out["auto"] = reproducible_strategy(block.model, block, name, device)
+    out["auto"] = reproducible_strategy(block.model, block, name, device)[0]
     out["exact"] = block.exact()
     return out
 

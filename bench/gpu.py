@@ -13,8 +13,11 @@ it runs, each part timed and printed as soon as it ends:
    batch 10 (as W1), one rank, each strategy forced: median s/round over rounds 3..end.
 4. Batched: the ``batched`` strategy's chunk-position invariance on the GPU (a client alone against the
    same client first, in the middle and last of a chunk, bit for bit) and its speed against
-   ``sequential`` for cnn_femnist, lstm_shakespeare_unrolled, cnn_cifar10, cnn_svhn and resnet18 (the CNNs
-   that ``auto`` batches on CUDA only; tests/test_batched_exact.py checks them on no GPU): one chunk of 64
+   ``sequential`` for cnn_femnist, lstm_shakespeare_unrolled, cnn_cifar10, cnn_svhn, cnn_mnist (dropout: each
+   client's masks from CUDA's dropout kernel on its own stream) and resnet18 (GroupNorm, its block's
+   convolutions as batched matrix products: its CUDA position-exactness is verified here): the models
+   that ``auto`` batches on CUDA
+   (tests/test_batched_exact.py checks the CNNs' positions on no GPU): one chunk of 64
    clients, 5 steps of batch 10, timed in turns (``bench/batched.py``), deterministic CUDA kernels on.
 
 It prints a markdown table per part and writes ``DIR/gpu.json`` (every number) and ``DIR/gpu.md`` (the
@@ -123,7 +126,7 @@ def w1_resnet(device: torch.device, quick: bool) -> list[dict]:
 
 def batched_blocks(device: torch.device, quick: bool) -> list[dict]:
     names = ["logistic"] if quick else \
-        ["cnn_femnist", "lstm_shakespeare_unrolled", "cnn_cifar10", "cnn_svhn", "resnet18"]
+        ["cnn_femnist", "lstm_shakespeare_unrolled", "cnn_cifar10", "cnn_svhn", "cnn_mnist", "resnet18"]
     out = []
     for name in names:
         row = compare(name, 20 if quick else 64, 2 if quick else 5, 10, 1 if quick else 3, device)

@@ -5,6 +5,7 @@ one-line config error."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,13 +14,15 @@ import torch
 from helpers import federation, single_world
 
 import fedrun
+from fedrun.cli import main
 from fedrun.errors import ConfigError
 from fedrun.models import build_model
 from fedrun.protocol import LocalPlan
+from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import DropoutSeeds, local_oracle
+from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
-from fedrun.training.strategy import reproducible_strategy
+from fedrun.training.strategy import check_strategy, reproducible_strategy
 
 CNN = {"run": {"rounds": 2, "dtype": "float64", "seed": 3, "device": "cpu"},
        "data": {"name": "synthetic", "num_clients": 4, "partition": "iid",
@@ -45,12 +48,13 @@ def run(base: dict, **sections) -> fedrun.api.RunResult:
 
 @pytest.mark.parametrize("model", ["cnn_cifar10", "cnn_mnist"])
 def test_channels_last_and_vmap_train_like_the_plain_loop(model):
-    """float64: the memory order only changes the order of sums, so the models agree to ~1e-12; cnn_mnist
-    draws dropout masks, which channels_last must draw from the same per-client streams."""
+    """float64: the memory order and the batching only change the order of sums, so the models agree to
+    ~1e-12; cnn_mnist draws dropout masks (a different mask moves a weight by ~1e-2), which channels_last
+    and batched must draw from the same per-client streams as the loop."""
     base = with_sections(CNN, model={"name": model}, data=MNIST_SHAPE if model == "cnn_mnist" else {})
     plain = run(base, local={"strategy": "sequential"})
     init = run(base, local={"strategy": "sequential", "lr": 0.0})
-    others = ["channels_last"] if model == "cnn_mnist" else ["channels_last", "vmap", "batched"]
+    others = ["channels_last", "batched"] if model == "cnn_mnist" else ["channels_last", "vmap", "batched"]
     for strategy in others:
         x = run(base, local={"strategy": strategy}).x
         np.testing.assert_allclose(x, plain.x, rtol=0, atol=1e-10, err_msg=strategy)
@@ -60,6 +64,7 @@ def test_channels_last_and_vmap_train_like_the_plain_loop(model):
 def test_auto_takes_the_fastest_exact_strategy_of_the_model():
     cnn = federation(CNN)
     assert cnn.strategy == "channels_last" and cnn.strategy_timings == {}
+    assert cnn.setup.strategy_reason.startswith("auto on cpu: ")  # runtime.json's strategy_reason
     assert federation(with_sections(CNN, model={"name": "logistic"})).strategy == "batched"
 
 
@@ -98,14 +103,16 @@ def test_a_client_trains_to_the_same_bits_alone_or_with_others(strategy):
 @pytest.mark.parametrize("name,shape,classes,cpu", [
     ("logistic", (32,), 10, "batched"), ("linear", (32,), 1, "batched"),
     ("lstm_shakespeare_unrolled", (80,), 81, "sequential"), ("cnn_femnist", (1, 28, 28), 62, "channels_last"),
+    ("cnn_mnist", (1, 28, 28), 10, "channels_last"), ("resnet18", (3, 32, 32), 10, "channels_last"),
 ])
 def test_auto_batches_on_a_cpu_only_models_whose_step_costs_less_than_a_call(name, shape, classes, cpu):
     """On a CPU the LEAF LSTM and CNN spend most of a step in per-client matrix products, which batching cannot
     merge (bench/batched.py's bound); on CUDA every verified model is batched."""
     model = FlatModel(build_model(name, shape, classes))
     block = SimpleNamespace(input_shape=shape)  # all the rule reads of a block
-    assert reproducible_strategy(model, block, name, torch.device("cpu")) == cpu
-    assert reproducible_strategy(model, block, name, torch.device("cuda")) == "batched"
+    assert reproducible_strategy(model, block, name, torch.device("cpu"))[0] == cpu
+    strategy, reason = reproducible_strategy(model, block, name, torch.device("cuda"))
+    assert strategy == "batched" and "verified exact" in reason
 
 
 @pytest.mark.parametrize("model,strategy,needle", [
@@ -117,3 +124,26 @@ def test_a_forced_strategy_that_does_not_apply_is_refused(model, strategy, needl
                         data=MNIST_SHAPE if model == "cnn_mnist" else {})
     with pytest.raises(ConfigError, match=needle):
         federation(cfg)
+
+
+def test_a_batched_block_refuses_a_dropout_layer_it_cannot_feed():
+    """AlphaDropout adds an affine shift to its noise: the batched block's `a * noise` cannot reproduce it, so a
+    forced batched strategy is one line naming the layer, before any training."""
+    model = FlatModel(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.AlphaDropout(0.2)))
+    with pytest.raises(ConfigError, match=r"strategy=batched: model plug:mlp has dropout layer 1 \(AlphaDropout\)"):
+        check_strategy("batched", model, SimpleNamespace(input_shape=(4,)), True, "plug:mlp")
+    check_strategy("sequential", model, SimpleNamespace(input_shape=(4,)), True, "plug:mlp")
+
+
+def test_runtime_json_says_which_strategy_and_why(tmp_path):
+    """A real run's runtime.json: the strategy auto took and the branch of the rule that decided, or the
+    config that forced one."""
+    base = ["data.name=synthetic", "data.synthetic.shape=[12]", "data.num_clients=4", "model.name=logistic",
+            "participation.pattern=full", "run.rounds=1", "eval.every=0", "--quiet"]
+    for strategy, reason in (("auto", "auto on cpu: logistic's batched block is verified exact"),
+                             ("sequential", "local.strategy=sequential in the config")):
+        run_dir = tmp_path / strategy
+        assert main(["train", *base, f"local.strategy={strategy}", f"run.dir={run_dir}"]) == 0
+        runtime = json.loads((run_dir / "runtime.json").read_text())
+        assert runtime["local_strategy"] == ("batched" if strategy == "auto" else strategy)
+        assert runtime["strategy_reason"].startswith(reason), runtime["strategy_reason"]

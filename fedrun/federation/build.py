@@ -75,6 +75,7 @@ class Setup:
     exchange: Exchange
     round: Round
     strategy_timings: dict[str, float]
+    strategy_reason: str  # why local.strategy resolved as it did (runtime.json)
     client_eval: ClientEval | None = None  # per-client evaluation (per-client test data: docs/evaluation.md)
     privacy: Privacy | None = None  # clipping and noise of the uploads (privacy.mode != none: docs/privacy.md)
     store_choice: str = ""  # where the client state lives and why (the start-up line)
@@ -145,7 +146,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                       classification=task.task == "classification",
                       test_x=_to_device(task.x_test[test_rows], world.device, dtype),
                       test_y=_to_device(task.y_test[test_rows], world.device, dtype), num_test=len(task.y_test))
-    strategy, timings = _choose_strategy(cfg, world, learner, block, x0, schedule.cohort)
+    strategy, timings, reason = _choose_strategy(cfg, world, learner, block, x0, schedule.cohort)
     client_eval = ClientEval(cfg, world, source, blocks, learner, block) if source.test_examples is not None \
         else None
     placement = Placement(mode, blocks, work, block, world.rank, world.size)
@@ -159,7 +160,8 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                    placement=placement, world=world, facts=facts, privacy=privacy)
     setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients, dim=model.dim,
                   placement=placement, learner=learner, decl=decl, exchange=exchange, round=round_,
-                  strategy_timings=timings, client_eval=client_eval, store_choice=store_choice, privacy=privacy)
+                  strategy_timings=timings, strategy_reason=reason, client_eval=client_eval, store_choice=store_choice,
+                  privacy=privacy)
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
                      delay=DelayTracker(num_clients), strategy=strategy,
                      privacy=None if privacy is None else privacy.state)
@@ -256,21 +258,22 @@ def _placement(cfg: Config, decl: Declaration, world: World, schedule: type[Sche
 
 
 def _choose_strategy(cfg: Config, world: World, learner: Learner, block: ClientBlock, x0: Tensor,
-                     cohort: int) -> tuple[str, dict[str, float]]:
+                     cohort: int) -> tuple[str, dict[str, float], str]:
     """``local.strategy``: for ``auto`` the fastest exact strategy of the model on this device (by rule), for
-    ``fastest`` the fastest on rank 0's timing (the same on every rank)."""
+    ``fastest`` the fastest on rank 0's timing (the same on every rank); and why (runtime.json)."""
     requested, model, random_model = cfg.local.strategy, learner.model, learner.random_model
     check_strategy(requested, model, block, random_model, cfg.model.name)
     if requested == "auto":
-        return reproducible_strategy(model, block, cfg.model.name, world.device), {}
+        strategy, reason = reproducible_strategy(model, block, cfg.model.name, world.device)
+        return strategy, {}, f"auto on {world.device.type}: {reason}"
     if requested != "fastest":
-        return requested, {}
+        return requested, {}, f"local.strategy={requested} in the config"
     timings: dict[str, float] = {}
     if world.is_root:
         timings = time_strategies(model, learner.loss_fn, block, x0, cfg.local, -(-cohort // world.size), cfg.run.seed,
                                   applicable_strategies(model, block, random_model))
     timings = world.broadcast_object(timings)
-    return min(timings, key=timings.get), timings
+    return min(timings, key=timings.get), timings, "local.strategy=fastest: the least time of the timed strategies"
 
 
 def _to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> Tensor:

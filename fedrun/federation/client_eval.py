@@ -35,8 +35,9 @@ from fedrun.federation.client_trainer import Learner
 from fedrun.protocol import LocalPlan
 from fedrun.runtime.flat import reduce_to_root
 from fedrun.runtime.world import World
+from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.evaluate import evaluate_examples
-from fedrun.training.gradients import DropoutSeeds, local_oracle
+from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.schedule import local_lr
 

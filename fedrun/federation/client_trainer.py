@@ -31,8 +31,9 @@ from fedrun.federation.run_state import RunState
 from fedrun.privacy.mechanism import Privacy
 from fedrun.protocol import Clients, Declaration, LocalResult, RoundContext, Vector
 from fedrun.state.store import ClientStore
+from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import DropoutSeeds, local_oracle
+from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
 from fedrun.training.losses import LossFn
 

@@ -18,8 +18,8 @@ from fedrun.runtime.provenance import provenance
 
 class RuntimeLog:
     """``runtime.json``: provenance (versions, git commit, hosts, Slurm ids, command line, start time;
-    :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks, the local strategy and
-    its timings, checkpoint write times and sizes, and every rank's peak resident memory at the end."""
+    :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks, the local strategy, why
+    it was taken and its timings, checkpoint write times and sizes, and every rank's peak resident memory at the end."""
 
     def __init__(self, setup: Setup, state: RunState, run_dir: Path | None, resume_s: float | None) -> None:
         self.world, self.clients = setup.world, state.clients
@@ -31,6 +31,8 @@ class RuntimeLog:
             "placement": setup.placement.mode, "blocks": setup.placement.blocks, "dim": setup.dim,
             "client_state_bytes_per_rank": state.clients.nbytes, "client_store": setup.store_choice,
             "local_strategy": state.strategy, "strategy_timings_s": setup.strategy_timings,
+            "strategy_reason": setup.strategy_reason if resume_s is None else "kept from the checkpoint (a resumed "
+                                                                              "run keeps its strategy)",
             "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],
         }
         self._write()

@@ -54,20 +54,26 @@ class ResNet18(nn.Module):
     """ResNet-18 (stages of 64, 128, 256, 512 channels, two blocks each), global average pooling.
 
     Built for 32x32 inputs; larger inputs (Tiny-ImageNet 64x64) work too, through the adaptive pool.
+    ``width``: the first stage's channels (64; the others double it), smaller for tests of the same network.
+    A batched block computes its convolutions as matrix products (``batched_convolutions``,
+    fedrun.training.gemm_conv): vmap's grouped convolution left a client's bits dependent on its position
+    in the chunk on CUDA.
     """
 
+    batched_convolutions = "gemm"
+
     def __init__(self, in_channels: int = 3, num_classes: int = 10, norm: Norm = "group",
-                 groups: int = 2) -> None:
+                 groups: int = 2, width: int = 64) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False),
-                                  make_norm(norm, 64, groups), nn.ReLU())
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, width, 3, 1, 1, bias=False),
+                                  make_norm(norm, width, groups), nn.ReLU())
         blocks: list[nn.Module] = []
-        cin = 64
-        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        cin = width
+        for cout, stride in ((width, 1), (2 * width, 2), (4 * width, 2), (8 * width, 2)):
             blocks += [BasicBlock(cin, cout, stride, norm, groups), BasicBlock(cout, cout, 1, norm, groups)]
             cin = cout
         self.layers = nn.Sequential(*blocks)
-        self.fc = nn.Linear(512, num_classes)
+        self.fc = nn.Linear(8 * width, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.layers(self.stem(x))

@@ -97,3 +97,9 @@ def module_at(module: nn.Module, x: Tensor) -> nn.Module:
             p.grad = None
             offset += p.numel()
     return out
+
+
+def sharing_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module``'s layers whose parameters and buffers are the module's own tensors (not copies):
+    for a batched block that swaps some layers for batched formulations while training the same model."""
+    return copy.deepcopy(module, {id(t): t for t in (*module.parameters(), *module.buffers())})

@@ -1,6 +1,6 @@
 """Gradient oracles: minibatch gradients of a group of clients at their points, ``g, loss = oracle(x, rows, k)``.
 
-Three strategies compute the same arithmetic (up to the order of floating-point sums):
+Four strategies compute the same arithmetic (up to the order of floating-point sums):
 
 * ``sequential``: one client after another (the module's own backward on views of x), the cost
   model of a plain PyTorch loop; models that draw random numbers (dropout) re-seed their generator
@@ -8,8 +8,11 @@ Three strategies compute the same arithmetic (up to the order of floating-point 
 * ``channels_last``: ``sequential`` with images and convolution kernels in NHWC memory order (CNNs only).
 * ``vmap``: the whole block in one batched call (torch.func.vmap of the loss over the client
   dimension, one backward), which turns C small models into one batched kernel; padded slots are
-  masked out of the loss.
-  Not for models that draw random numbers.
+  masked out of the loss. Given per-row dropout seeds (``batched`` only), dropout layers take each
+  client's noise drawn outside the batched call from the client's own stream (fedrun.training.dropout);
+  a model may ask for its convolutions as batched matrix products (fedrun.training.gemm_conv).
+* ``batched``: ``vmap`` on fixed-size padded chunks (:class:`Chunks`), whose kernels see the same shapes
+  whatever clients share a call.
 
 ``local_oracle(strategy, ...)`` builds the oracle of a strategy and the client group size its solver
 uses (all clients at once for vmap, one at a time otherwise).
@@ -20,14 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedrun.data.client_block import Batches
-from fedrun.data.hashing import hash_keys
+from fedrun.training.dropout import BlockDropout, DropoutSeeds
 from fedrun.training.flat_model import FlatModel
+from fedrun.training.gemm_conv import batched_module
 from fedrun.training.losses import LossFn
 
 # clients per batched call, by device type and model size (bench/RESULTS.md: on W2's logistic regression a
@@ -36,17 +39,6 @@ CHUNK = {("cpu", False): 64, ("cpu", True): 16, ("cuda", False): 256, ("cuda", T
 LARGE = 1 << 20  # parameters above which a model is large (memory: a solver holds several [S, d] copies)
 TAIL = 64  # elements of padding that end every chunk: more than a vectorized loop's scalar remainder
 Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, rows, step) -> (g, loss)
-
-
-@dataclass(frozen=True)
-class DropoutSeeds:
-    """For a model that draws random numbers (dropout): the generator is re-seeded from (seed, round, client,
-    step) before every client's step, so that a client's draws never depend on who trains beside it.
-    ``client_ids``: the global ids of the block's rows."""
-
-    client_ids: np.ndarray
-    seed: int
-    round_: int
 
 
 def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
@@ -64,7 +56,7 @@ def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
                 continue
             idx = batches.index[c, k, :b]
             if seeds is not None:
-                torch.manual_seed(int(hash_keys(seeds.seed, seeds.round_, seeds.client_ids[c], k) >> np.uint64(1)))
+                seeds.reseed(c, k)
             # index_select: the rows x[idx] copies, without advanced indexing's per-call set-up
             losses.append(model.gradient(x[j], batches.x.index_select(0, idx), batches.y.index_select(0, idx),
                                          loss_fn, out=g[j]))
@@ -73,9 +65,12 @@ def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
     return oracle
 
 
-def batched_loss_fn(model: FlatModel, loss_fn: LossFn) -> Callable[[dict[str, Tensor], Tensor, Tensor, Tensor], Tensor]:
+def batched_loss_fn(model: FlatModel, loss_fn: LossFn, module: nn.Module, dropout: BlockDropout | None = None
+                    ) -> Callable[[dict[str, Tensor], Tensor, Tensor, Tensor, list[Tensor]], Tensor]:
     """Every client's masked mean loss at once, ``f_c = sum_j m_cj l(model_c(a_cj), b_cj) / max(1, sum_j m_cj)``
-    for parameters ``[C, ...]``, inputs ``[C, B, ...]``, targets and mask ``[C, B]``.
+    for parameters ``[C, ...]``, inputs ``[C, B, ...]``, targets and mask ``[C, B]``, and with ``dropout``
+    each dropout layer's noise ``[C, B, ...]`` (fedrun.training.dropout; an empty list without); ``module``:
+    what vmap calls (:func:`fedrun.training.gemm_conv.batched_module`, or ``dropout.module``).
 
     A model with a ``batched_forward(params, inputs)`` method (the linear models) computes its C forward passes
     itself, as the products vmap would dispatch, and the loss runs on the flattened ``[C * B]`` examples with
@@ -83,14 +78,18 @@ def batched_loss_fn(model: FlatModel, loss_fn: LossFn) -> Callable[[dict[str, Te
     (on W2's logistic regression, half of a 64-client step on a CPU). Any other model is vmapped."""
     written_out = getattr(model.module, "batched_forward", None)
     if written_out is None:
-        def client_loss(params: dict[str, Tensor], inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-            per_example = loss_fn(functional_call(model.module, params, (inputs,)), targets)
+        def client_loss(params: dict[str, Tensor], inputs: Tensor, targets: Tensor, mask: Tensor,
+                        noise: list[Tensor]) -> Tensor:
+            if dropout is not None:
+                dropout.feed = list(noise)
+            per_example = loss_fn(functional_call(module, params, (inputs,)), targets)
             weights = mask.to(per_example.dtype)
             return (per_example * weights).sum() / weights.sum().clamp_min(1)
 
         return vmap(client_loss)
 
-    def clients_loss(params: dict[str, Tensor], inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    def clients_loss(params: dict[str, Tensor], inputs: Tensor, targets: Tensor, mask: Tensor,
+                     noise: list[Tensor]) -> Tensor:
         outputs = written_out(params, inputs)
         per_example = loss_fn(outputs.flatten(0, 1), targets.flatten(0, 1)).view(mask.shape)
         weights = mask.to(per_example.dtype)
@@ -99,8 +98,12 @@ def batched_loss_fn(model: FlatModel, loss_fn: LossFn) -> Callable[[dict[str, Te
     return clients_loss
 
 
-def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches) -> Oracle:
-    batched_loss = batched_loss_fn(model, loss_fn)
+def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, seeds: DropoutSeeds | None = None) -> Oracle:
+    """``seeds``: for a model with dropout, each row's stream (its noise drawn by :class:`BlockDropout`)."""
+    module = batched_module(model.module)
+    dropout = None if seeds is None else BlockDropout.of(module, batches.x[:1])
+    batched_loss = batched_loss_fn(model, loss_fn, module if dropout is None else dropout.module, dropout)
+    counts = batches.mask.sum(2).cpu().numpy() if dropout is not None else None
 
     def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
         # vmap of the forward pass only, then one ordinary backward of the summed losses: the clients are
@@ -109,10 +112,13 @@ def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches) -> Oracle:
         # own leaf (a [C, ...] view of x): autograd through slices of one flat leaf would zero-fill and
         # add a [C, d] tensor per parameter
         idx = batches.index[rows, k]
+        noise = [] if dropout is None else dropout.noise(seeds, counts, rows, k, batches.slots, x)
         with torch.enable_grad():
             leaves = {name: view.detach().requires_grad_(True) for name, view in model.batched_params(x).items()}
-            losses = batched_loss(leaves, batches.x[idx], batches.y[idx], batches.mask[rows, k])
+            losses = batched_loss(leaves, batches.x[idx], batches.y[idx], batches.mask[rows, k], noise)
             grads = torch.autograd.grad(losses.sum(), list(leaves.values()))
+        if dropout is not None:
+            dropout.feed = None
         g = torch.cat([grad.reshape(x.shape[0], -1) for grad in grads], dim=1)
         return g, losses.detach()
 
@@ -149,17 +155,20 @@ class Chunks:
         return torch.where(live, source, group * self.real), live
 
 
-def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: Chunks) -> Oracle:
+def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: Chunks,
+                   seeds: DropoutSeeds | None = None) -> Oracle:
     """vmap's oracle on the fixed shapes of ``chunks``, for the padded rows of :meth:`Chunks.layout`: every
-    step is padded to ``batches.slots`` example slots, and every slot of a padding row is masked out."""
+    step is padded to ``batches.slots`` example slots, and every slot of a padding row is masked out (and
+    draws no dropout noise)."""
     source, live = (t.to(batches.index.device) for t in chunks.layout(batches.index.shape[0]))
     count, steps, have = batches.index.shape
     index = batches.index[source][:, :, :1].expand(-1, -1, batches.slots).clone()  # a valid row, masked out
     index[:, :, :have] = batches.index[source]
     mask = torch.zeros_like(index, dtype=torch.bool)
     mask[:, :, :have] = batches.mask[source] & live[:, None, None]
-    return vmap_oracle(model, loss_fn, Batches(index=index, mask=mask, sizes=batches.sizes[source],
-                                               steps=batches.steps, x=batches.x, y=batches.y, slots=batches.slots))
+    padded = Batches(index=index, mask=mask, sizes=batches.sizes[source], steps=batches.steps, x=batches.x,
+                     y=batches.y, slots=batches.slots)
+    return vmap_oracle(model, loss_fn, padded, None if seeds is None else seeds.rows(source))
 
 
 def chunk_size(device: torch.device, dim: int) -> int:
@@ -174,10 +183,10 @@ def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, batches: Batc
     """The oracle of ``strategy`` for these clients' ``batches``, and how the solver groups rows for it
     (:func:`fedrun.training.local.run_local`); ``seeds`` for a model that draws random numbers."""
     if strategy == "vmap":
-        return vmap_oracle(model, loss_fn, batches), None
+        return vmap_oracle(model, loss_fn, batches, seeds), None
     if strategy == "batched":
         chunks = Chunks.of(chunk_size(batches.index.device, model.dim), model.dim)
-        return chunked_oracle(model, loss_fn, batches, chunks), chunks
+        return chunked_oracle(model, loss_fn, batches, chunks, seeds), chunks
     if strategy == "channels_last":
         model = FlatModel(model.module, channels_last=True)
     elif strategy != "sequential":

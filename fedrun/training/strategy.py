@@ -18,7 +18,8 @@ fixed rule (:func:`reproducible_strategy`; no timing, so every rank and run agre
 fastest`` times a few local steps of every applicable strategy but batched on this rank's own clients
 and model at start-up and keeps the fastest, at the price of runs whose last bits depend on that choice
 and, with vmap, on the number of ranks. Models that draw random numbers (dropout) need per-client random
-streams, which only the sequential strategies (``sequential``, ``channels_last``) provide.
+streams: the sequential strategies re-seed per client and step, ``batched`` draws each client's masks from
+that same stream outside its batched call (fedrun.training.dropout); ``vmap`` is refused for them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from fedrun.config import LocalConfig
 from fedrun.data.client_block import ClientBlock
 from fedrun.errors import ConfigError
 from fedrun.protocol import LocalPlan
+from fedrun.training.dropout import unbatchable_dropout
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.gradients import local_oracle
 from fedrun.training.local import run_local
@@ -42,46 +44,59 @@ MAX_TIMED_CLIENTS = 8  # enough to see vmap's batching gain; bounds the start-up
 # built-in models whose batched training is verified exact (tests/test_batched_exact.py: a client alone equals
 # the same client at every tested position of a chunk, float32 and float64); any other model, plugins
 # included, is never batched by auto
-EXACT_BATCHED = frozenset({"linear", "logistic", "cnn_femnist", "cnn_cifar10", "cnn_svhn",
-                           "lstm_shakespeare_unrolled"})
+EXACT_BATCHED = frozenset({"linear", "logistic", "cnn_mnist", "cnn_femnist", "cnn_cifar10", "cnn_svhn",
+                           "lstm_shakespeare_unrolled", "resnet18"})
 # parameters up to which auto batches a model without convolutions on a CPU (W2's logistic regression, 330:
 # batched 6.3x the bare loop; the Shakespeare LSTM, 820,185: no faster than sequential, bench/RESULTS.md)
 CPU_BATCHED_DIM = 1 << 16
 
 
 def applicable_strategies(model: FlatModel, block: ClientBlock, random_model: bool) -> list[str]:
-    """The strategies that can train this model on this data: vmap and batched not with dropout,
-    channels_last only for image inputs and convolution kernels."""
+    """The strategies that can train this model on this data: vmap not with dropout (batched draws each
+    client's masks from its own stream, fedrun.training.dropout), channels_last only for image inputs and
+    convolution kernels."""
     out = ["sequential"]
     if model.has_conv_kernels and len(block.input_shape) == 3:
         out.append("channels_last")
-    if not random_model:
-        out += ["vmap", "batched"]
-    return out
+    return out + (["batched"] if random_model else ["vmap", "batched"])
 
 
-def reproducible_strategy(model: FlatModel, block: ClientBlock, model_name: str, device: torch.device) -> str:
-    """``auto``'s choice, the fastest exact strategy for this model on this device, by rule (no timing):
-    ``batched`` for a model of :data:`EXACT_BATCHED` on a GPU, and on a CPU when it has no convolution
-    and at most :data:`CPU_BATCHED_DIM` parameters; otherwise channels_last where it applies, else
-    sequential. On a CPU, batching pays only where a client's step costs less than a call: every client
-    has its own weights, so a batched call runs the same matrix products as the loop, one per client,
-    and the larger models spend most of a step in them (bench/batched.py's bound: the LEAF CNN and LSTM
-    cannot be 3x faster batched on a CPU); vmap also turns C convolutions into one grouped convolution,
-    which oneDNN runs slower than C plain ones."""
+def reproducible_strategy(model: FlatModel, block: ClientBlock, model_name: str,
+                          device: torch.device) -> tuple[str, str]:
+    """``auto``'s choice, the fastest exact strategy for this model on this device, by rule (no timing), and
+    why (runtime.json's ``strategy_reason``): ``batched`` for a model of :data:`EXACT_BATCHED` on a GPU, and
+    on a CPU when it has no convolution and at most :data:`CPU_BATCHED_DIM` parameters; otherwise
+    channels_last where it applies, else sequential. On a CPU, batching pays only where a client's step
+    costs less than a call: every client has its own weights, so a batched call runs the same matrix
+    products as the loop, one per client, and the larger models spend most of a step in them
+    (bench/batched.py's bound: the LEAF CNN and LSTM cannot be 3x faster batched on a CPU); vmap also turns
+    C convolutions into one grouped convolution, which oneDNN runs slower than C plain ones."""
+    verified = model_name in EXACT_BATCHED
     small = not model.has_conv_kernels and model.dim <= CPU_BATCHED_DIM
-    if model_name in EXACT_BATCHED and (device.type == "cuda" or small):
-        return "batched"
-    return "channels_last" if "channels_last" in applicable_strategies(model, block, True) else "sequential"
+    if verified and device.type == "cuda":
+        return "batched", f"{model_name}'s batched block is verified exact; on a GPU one call per chunk pays"
+    if verified and small:
+        return "batched", (f"{model_name}'s batched block is verified exact, and with no convolution and "
+                           f"{model.dim} <= {CPU_BATCHED_DIM} parameters a CPU step costs less than a call")
+    why = (f"{model_name}'s batched block is not verified exact" if not verified else
+           "on a CPU a batched call runs the same per-client products as the loop: batching pays only for small "
+           "dense models")
+    if "channels_last" in applicable_strategies(model, block, True):
+        return "channels_last", f"{why}; the exact one-client loop with NHWC convolutions"
+    return "sequential", f"{why}; the exact one-client loop"
 
 
 def check_strategy(requested: str, model: FlatModel, block: ClientBlock, random_model: bool, model_name: str) -> None:
     """A forced ``local.strategy`` must apply to the model (a one-line ConfigError otherwise)."""
+    layer = unbatchable_dropout(model.module) if requested == "batched" else None
+    if layer is not None:
+        raise ConfigError(f"local.strategy=batched: model {model_name} has dropout layer {layer}; a batched block "
+                          "takes Dropout, Dropout1d, Dropout2d or Dropout3d (expected local.strategy=sequential)")
     if requested in ("auto", "fastest") or requested in applicable_strategies(model, block, random_model):
         return
-    if requested in ("vmap", "batched"):
-        raise ConfigError(f"local.strategy={requested}: model {model_name} uses dropout, whose per-client random "
-                          "streams need local.strategy=sequential or channels_last")
+    if requested == "vmap":
+        raise ConfigError(f"local.strategy=vmap: model {model_name} uses dropout, whose per-client random "
+                          "streams need local.strategy=sequential, channels_last or batched")
     raise ConfigError(f"local.strategy={requested}: model {model_name} has no 2-D convolution on image inputs; "
                       "expected sequential, vmap or batched")
 
