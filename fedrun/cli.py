@@ -210,7 +210,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK if identical else EXIT_FAILURE
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from fedrun.reproduce import reproduce
+
+    return reproduce(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "reproduce": cmd_reproduce,
     "compare": cmd_compare,
     "train": cmd_train,
     "participation": cmd_participation,
@@ -243,6 +250,7 @@ from `fedrun list` or your own plugin, checkpoints you can resume bit for bit.
   fedrun config --defaults                                        every config key, its default, its meaning
   fedrun export runs/quickstart --out model.pt                    the trained model as a state_dict
   fedrun flatness runs/quickstart                                 top Hessian eigenvalue, loss under perturbation
+  fedrun reproduce fig1a-faster-r25/P1/FedSUM-vs-FedAvg --print   the commands behind a row of the results
 
 Ctrl-C (like SIGTERM) stops after the current round with a checkpoint (exit status 75); a second Ctrl-C
 stops at once (130). Exit statuses: 0 ok, 1 failure, 2 bad input, 3 NaN/Inf."""
@@ -342,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed of the sample, the start vector "
                                                                        "and the directions (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    from fedrun.reproduce import add_arguments
+
+    add_arguments(sub.add_parser("reproduce", help="rerun the runs behind one row of docs/results/claims.json "
+                                                   "and compare them with their records, or --print the commands"))
     sub.add_parser("list", help="the built-in algorithms, participation patterns, models and datasets")
     p = sub.add_parser("config", help="print the resolved config, or with --defaults every key and what it means")
     p.add_argument("--config", help="YAML config file (default: the defaults)")
