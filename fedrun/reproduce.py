@@ -8,7 +8,12 @@ A row of ``docs/results/claims.json`` (docs/results.md, "How a verdict is reache
 * a flatness record has, besides the ``base`` and ``overrides`` of the run that wrote its model, that
   model's ``checkpoint`` and the measure's settings (``examples``, ``rho``, ``directions``,
   ``flatness_seed``): the run, then ``python -m fedrun flatness CHECKPOINT ...`` on the rerun's checkpoint
-  of the same name.
+  of the same name;
+* any other file (an analysis of other runs) names no run: its row is refused with one line that gives
+  the row's ``command``, the experiment step that rewrites the committed file.
+
+``c`` and ``d``, where a row has them, are run files too. A row whose files are not all there yet (the
+page's "not yet run") is refused with one line giving its ``command``.
 
 A rerun writes to its own directory, ``OUT/<the record's path from the claims file's folder, without
 .json>`` (``runs/reproduce/fmnist_10seeds/eta0.3/p1/FedSUM_s0``; its ``run.dir`` override is
@@ -83,23 +88,31 @@ def find_row(rows: list[dict[str, Any]], claim_id: str, claims: Path) -> dict[st
 
 
 def record_paths(row: dict[str, Any], claims: Path) -> list[str]:
-    """The row's run records, ``a`` then ``b``, each once."""
+    """The row's run records, ``a``, ``b`` (and ``c``, ``d`` where a statistic pairs more lists), each once."""
     paths: list[str] = []
-    for side in ("a", "b"):
-        files = row.get(side)
+    for side in ("a", "b", "c", "d"):
+        files = row.get(side, [])
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             raise ConfigError(f"{claims}: row {row['id']}: expected {side!r}, a list of run files")
         paths += [f for f in files if f not in paths]
     return paths
 
 
-def repository_root(claims: Path, first: str) -> Path:
-    """The nearest folder above the claims file from which the row's first record path exists."""
+def repository_root(claims: Path, paths: list[str]) -> Path | None:
+    """The nearest folder above the claims file from which one of the row's record paths exists (None: none
+    of them is there yet)."""
     for folder in claims.resolve().parents:
-        if (folder / first).is_file():
+        if any((folder / p).is_file() for p in paths):
             return folder
-    raise ConfigError(f"{claims}: its run file {first} is not under any folder above it; expected paths from "
-                      "the repository root")
+    return None
+
+
+def _pending(row: dict[str, Any], missing: list[str]) -> ConfigError:
+    """The line for a row whose run files are not all there yet (the page lists it as not yet run)."""
+    step = row.get("command")
+    return ConfigError(f"row {row['id']}: {len(missing)} of its run files are not there yet ({missing[0]}"
+                       f"{', ...' if len(missing) > 1 else ''}): the claim is not yet run"
+                       + (f"; its row's command `{step}` runs them" if isinstance(step, str) else ""))
 
 
 def plan(root: Path, record: str, out: Path, extra: list[str], folder: Path | None = None) -> Rerun:
@@ -111,8 +124,7 @@ def plan(root: Path, record: str, out: Path, extra: list[str], folder: Path | No
         raise ConfigError(f"{record}: not a readable run record ({exc})") from None
     base, overrides = fields.get("base"), fields.get("overrides")
     if not isinstance(base, str) or not isinstance(overrides, list):
-        raise ConfigError(f"{record}: names no run (expected 'base', a config file, and 'overrides', a list); "
-                          "fedrun reproduce reruns training and flatness records")
+        return Rerun(record, fields, "", ())  # an analysis of other files: only its row's command makes it
     name = Path(record).with_suffix("")
     if folder is not None and (root / name).resolve().is_relative_to(folder):
         name = (root / name).resolve().relative_to(folder)
@@ -137,8 +149,15 @@ def plan_row(row: dict[str, Any], claims: Path, seeds: list[int] | None, out: Pa
     paths = record_paths(row, claims)
     if not paths:
         raise ConfigError(f"{claims}: row {row['id']} names no run files")
-    root = repository_root(claims, paths[0])
+    root = repository_root(claims, paths)
+    if root is None or (missing := [p for p in paths if not (root / p).is_file()]):
+        raise _pending(row, paths if root is None else missing)
     reruns = [plan(root, p, out, extra, claims.resolve().parent) for p in paths]
+    if unnamed := [r.record for r in reruns if not r.commands]:
+        step = row.get("command")
+        raise ConfigError(f"{unnamed[0]}: names no run (no 'base' config and 'overrides'), so fedrun reproduce "
+                          "cannot rerun it on its own" + (f"; its row's command `{step}` makes it again, in place "
+                                                           "of the committed file" if isinstance(step, str) else ""))
     if seeds is not None:
         reruns = [r for r in reruns if r.fields.get("seed") in seeds]
         if not reruns:

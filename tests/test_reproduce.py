@@ -12,6 +12,7 @@ import pytest
 from helpers import REPO, run_ranks
 
 from fedrun.config import load_config
+from fedrun.errors import ConfigError
 from fedrun.reproduce import load_rows, plan_row
 
 CLAIMS = REPO / "docs" / "results" / "claims.json"
@@ -23,13 +24,23 @@ def fedrun_cli(*args: str, cwd: Path = REPO):
 
 
 def test_every_row_resolves_to_commands_whose_configs_load(monkeypatch):
-    """Every row's records name a run; every seed-0 command's config loads (paths from the repository root);
-    a flatness record's checkpoint was written by the run it names."""
+    """Every row whose records name their runs resolves to a command per record; every seed-0 command's config
+    loads (paths from the repository root); a flatness record's checkpoint was written by the run it names.
+    A row with a record that names no run (an analysis of other files), or whose files are not there yet, is
+    refused, naming its command."""
     monkeypatch.chdir(REPO)
     loaded: set[tuple[str, ...]] = set()
+    resolved = 0
     for row in load_rows(CLAIMS):
-        root, reruns = plan_row(row, CLAIMS, None, Path("runs/reproduce"), [])
-        assert root == REPO and len(reruns) == len(set(row["a"]) | set(row["b"])), row["id"]
+        try:
+            root, reruns = plan_row(row, CLAIMS, None, Path("runs/reproduce"), [])
+        except ConfigError as exc:
+            assert ("names no run" in str(exc) or "not yet run" in str(exc)) and \
+                str(row.get("command", "")) in str(exc), (row["id"], exc)
+            continue
+        resolved += 1
+        files = {f for side in "abcd" for f in row.get(side, [])}
+        assert root == REPO and len(reruns) == len(files), row["id"]
         for r in reruns:
             train = r.commands[0]
             assert train[:2] == ("train", "--config") and f"run.dir={r.run_dir}" in train, r.record
@@ -39,7 +50,7 @@ def test_every_row_resolves_to_commands_whose_configs_load(monkeypatch):
             if r.fields["seed"] == 0 and train not in loaded:
                 loaded.add(train)
                 load_config(train[2], [a for a in train[3:] if "=" in a])
-    assert len(loaded) > 50
+    assert resolved > 150 and len(loaded) > 50
 
 
 def test_print_lists_the_commands_of_the_chosen_seeds_and_runs_nothing(tmp_path):
@@ -90,8 +101,20 @@ def test_a_rerun_that_differs_from_its_record_exits_1_and_one_that_matches_0(tmp
               "eval_rounds": [2], "test_accuracy": [-1.0], "new_field": "ignored"}
     record.write_text(json.dumps(fields))
     claims = record.parent.parent / "claims.json"
+    (record.parent / "analysis.json").write_text('{"exponent": 1.0}')
     claims.write_text(json.dumps([{"id": "tiny", "a": ["docs/results/runs/tiny_s0.json"],
-                                   "b": ["docs/results/runs/tiny_s0.json"], "verdict": "whatever"}]))
+                                   "b": ["docs/results/runs/tiny_s0.json"], "verdict": "whatever"},
+                                  {"id": "fit", "a": ["docs/results/runs/analysis.json"], "b": [],
+                                   "command": "python experiments/fit.py"},
+                                  {"id": "later", "a": ["docs/results/runs/tiny_s0.json"],
+                                   "b": ["docs/results/runs/later_s0.json"], "command": "python experiments/x.py"}]))
+    pending = fedrun_cli("reproduce", "later", "--print", "--claims", str(claims), cwd=tmp_path)
+    assert pending.returncode == 2 and pending.stderr.strip() == (
+        "fedrun: error: row later: 1 of its run files are not there yet (docs/results/runs/later_s0.json): the "
+        "claim is not yet run; its row's command `python experiments/x.py` runs them"), pending.stderr
+    refused = fedrun_cli("reproduce", "fit", "--print", "--claims", str(claims), cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "analysis.json: names no run" in refused.stderr and "`python experiments/fit.py`" in refused.stderr
     args = ("reproduce", "tiny", "--claims", str(claims))
     first = fedrun_cli(*args, cwd=tmp_path)
     run = tmp_path / "runs" / "reproduce" / "runs" / "tiny_s0"
