@@ -50,15 +50,21 @@ def flatness_file(s: dict, out: Path = FLATNESS_OUT) -> Path:
     return out / Path(s["summary"]).name
 
 
-def measure(s: dict, out: Path = FLATNESS_OUT, checkpoint: Path | None = None, extra: dict | None = None) -> dict:
-    """The flatness of run ``s``'s final model (or of ``checkpoint``, with ``extra`` fields), written to its
-    JSON (atomically) and returned."""
+def measure(s: dict, out: Path = FLATNESS_OUT, checkpoint: Path | None = None, extra: dict | None = None,
+            trained: dict | None = None) -> dict:
+    """The flatness of run ``s``'s final model (or of ``checkpoint`` of the run ``trained``, with ``extra``
+    fields), written to its JSON (atomically) and returned. The JSON names the training run that wrote the
+    checkpoint (its base config and overrides), so that ``fedrun reproduce`` can rerun it."""
     from fedrun.flatness import measure_flatness
 
     start = time.time()
+    trained = trained or s
     f = measure_flatness(checkpoint or run_dir(s), **SETTINGS)
     label, _, setting = s["label"].partition(" ")
+    overrides = [f"run.dir={_shown(run_dir(trained))}" if o.startswith("run.dir=") else o
+                 for o in trained["overrides"]]
     record = {"label": label, "setting": setting, "seed": s["seed"], "checkpoint": _shown(Path(f.checkpoint)),
+              "base": trained["base"], "overrides": overrides,
               "round": f.round, "top_eigenvalue": f.top_eigenvalue, "hvps": f.hvps, "residual": f.residual,
               "converged": f.converged, "rho": f.rho,
               "loss_increase": f.loss_increase, "loss_increase_std": f.loss_increase_std,
@@ -137,10 +143,10 @@ def same_loss_seed(specs: list[dict], out: Path = SAME_LOSS_OUT, runs: Path = RE
     target = max(min((v for v in losses if math.isfinite(v)), default=math.inf) for _, losses in curves)
     if not math.isfinite(target):
         return "a loss curve without a finite value: no common loss"
-    for s, (checkpoints, losses) in zip(specs, curves, strict=True):
+    for s, r, (checkpoints, losses) in zip(specs, retrained, curves, strict=True):
         at = first_at_or_below(losses, target)
         measure(s, out, checkpoints[at], {"target_loss": target, "rounds_trained": len(losses),
-                                          "loss_curve": losses})
+                                          "loss_curve": losses}, trained=r)
     for r in retrained:
         shutil.rmtree(run_dir(r))
     return f"L* = {target:.4f}"

@@ -163,6 +163,13 @@ def objective(cfg_dict: dict, x: np.ndarray, per_client: int = 500) -> float:
     return float(np.mean(losses))
 
 
+def _provenance(run: Path) -> dict:
+    """What the run's bits depend on beyond its config, from its runtime.json: the git commit, the CPU kind
+    and the library versions (the same bits need the same of each; docs/results.md)."""
+    record = json.loads((run / "runtime.json").read_text()).get("provenance", {})
+    return {k: record.get(k) for k in ("git_commit", "git_dirty", "cpu", "python", "versions")}
+
+
 def run_one(s: dict) -> str:
     import fedrun
     from fedrun.config import apply_override
@@ -214,6 +221,7 @@ def run_one(s: dict) -> str:
         "train_objective": objective(cfg, x) if np.isfinite(x).all() else None,
         "finite": bool(np.isfinite(x).all()),
         "wall_s": round(wall, 2),
+        "provenance": _provenance(run_dir(s)),
     })
     summary.parent.mkdir(parents=True, exist_ok=True)
     summary.write_text(json.dumps(out) + "\n")

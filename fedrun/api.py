@@ -15,7 +15,7 @@ from fedrun.errors import DISK_ERRORS, EXIT_BAD_INPUT, ConfigError, RunFailure, 
 from fedrun.federation.loop import RunOptions, RunResult, train
 from fedrun.metrics.log import standard
 from fedrun.metrics.observer import Observer, RoundCallback
-from fedrun.preflight import check_threads
+from fedrun.preflight import check_sinks, check_threads
 from fedrun.runtime.failures import FailureGuard
 from fedrun.runtime.signals import StopSignals
 from fedrun.runtime.world import World, init_world
@@ -49,6 +49,7 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
     """
     cfg = _resolved(config, overrides)
     check_threads(cfg)  # before the rendezvous: every rank refuses it alike, rank 0 says so
+    check_sinks(cfg, cfg.run_dir() if write_files else None)  # and before anything is written
     owns_world = world is None
     world = world or init_world(cfg.run.device, cfg.run.timeout_s)
     if signals is not None:

@@ -73,12 +73,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from fedrun.checkpoint import CheckpointReader, describe_checkpoint
+    from fedrun.checkpoint import CheckpointReader, describe_checkpoint, list_checkpoints
     from fedrun.checkpoint.chain import base_of, dependents
     from fedrun.errors import BrokenChain, CheckpointError
     from fedrun.federation.snapshot import check_chain, check_layout, saved_config
 
     path = Path(args.checkpoint)
+    if path.is_dir():  # a run directory: its newest checkpoint, valid or not (a damaged one is what to see)
+        found = list_checkpoints(path)
+        if not found:
+            raise CheckpointError(f"{path}: no checkpoint in this run directory (expected ckpt_*.h5)")
+        path = found[-1]
+        print(f"{path}: the newest checkpoint of {args.checkpoint}")
 
     def breaks(link: Path) -> str:  # the checkpoints a damaged file takes down with it
         names = [p.name for p in dependents(link)]
@@ -111,8 +117,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     from fedrun.federation.consolidate import consolidate
 
-    out, done = consolidate(args.checkpoint, args.out)
-    print(f"wrote {out}: the state after round {done} of {args.checkpoint} as one self-contained checkpoint")
+    out, done, whole = consolidate(args.checkpoint, args.out)
+    if not whole:
+        print(f"wrote {out}: the state after round {done} of {args.checkpoint} as one self-contained checkpoint")
+    elif out is None:
+        print(f"{args.checkpoint}: already whole (a full checkpoint of round {done}, verified); nothing to "
+              "consolidate")
+    else:
+        print(f"{args.checkpoint}: already whole (a full checkpoint of round {done}); copied to {out}, verified")
     return EXIT_OK
 
 
@@ -198,7 +210,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK if identical else EXIT_FAILURE
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from fedrun.reproduce import reproduce
+
+    return reproduce(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "reproduce": cmd_reproduce,
     "compare": cmd_compare,
     "train": cmd_train,
     "participation": cmd_participation,
@@ -231,6 +250,7 @@ from `fedrun list` or your own plugin, checkpoints you can resume bit for bit.
   fedrun config --defaults                                        every config key, its default, its meaning
   fedrun export runs/quickstart --out model.pt                    the trained model as a state_dict
   fedrun flatness runs/quickstart                                 top Hessian eigenvalue, loss under perturbation
+  fedrun reproduce fig1a-faster-r25/P1/FedSUM-vs-FedAvg --print   the commands behind a row of the results
 
 Ctrl-C (like SIGTERM) stops after the current round with a checkpoint (exit status 75); a second Ctrl-C
 stops at once (130). Exit statuses: 0 ok, 1 failure, 2 bad input, 3 NaN/Inf."""
@@ -294,17 +314,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", help="save the per-client label distribution (stacked bars and a bubble chart)")
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. data.partition=shards")
     p = sub.add_parser("inspect", help="describe a checkpoint file and verify its checksums")
-    p.add_argument("checkpoint", help="a ckpt_*.h5 file")
+    p.add_argument("checkpoint", help="a ckpt_*.h5 file, or a run directory (its newest checkpoint)")
     p = sub.add_parser("checkpoint", help="work on checkpoint files: consolidate a chain of incremental "
                                           "checkpoints into one self-contained file",
                        description="fedrun checkpoint consolidate CKPT --out FILE: write the state of CKPT, an "
-                                   "incremental checkpoint and the files it builds on (or a full one), as one "
-                                   "self-contained full checkpoint FILE, for archiving or moving a run; FILE "
-                                   "resumes with --resume FILE from any directory. Every link is verified; on "
-                                   "bad input one line, exit status 2, and no FILE.")
+                                   "incremental checkpoint and the files it builds on, as one self-contained full "
+                                   "checkpoint FILE, for archiving or moving a run; FILE resumes with --resume "
+                                   "FILE from any directory. A full CKPT is whole already: one line says so, and "
+                                   "--out FILE is a verified copy. Every link is verified; on bad input one "
+                                   "line, exit status 2, and no FILE.")
     p.add_argument("action", choices=["consolidate"], help="consolidate: one self-contained checkpoint")
     p.add_argument("checkpoint", help="a ckpt_*.h5 file (an increment: its links must be in the same directory)")
-    p.add_argument("--out", required=True, help="the checkpoint file to write (must not exist)")
+    p.add_argument("--out", help="the checkpoint file to write (must not exist; needed for an increment)")
     p = sub.add_parser("compare", help="where two runs part: the first differing round and entries, the configs' "
                                        "differences (exit 0: identical, 1: they differ)")
     p.add_argument("run_a", help="a run directory")
@@ -329,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed of the sample, the start vector "
                                                                        "and the directions (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    from fedrun.reproduce import add_arguments
+
+    add_arguments(sub.add_parser("reproduce", help="rerun the runs behind one row of docs/results/claims.json "
+                                                   "and compare them with their records, or --print the commands"))
     sub.add_parser("list", help="the built-in algorithms, participation patterns, models and datasets")
     p = sub.add_parser("config", help="print the resolved config, or with --defaults every key and what it means")
     p.add_argument("--config", help="YAML config file (default: the defaults)")

@@ -11,6 +11,7 @@ Every message is meant to be read as one line: it names the field or file and wh
 from __future__ import annotations
 
 import errno
+import os
 import pickle
 import reprlib
 import sys
@@ -235,7 +236,11 @@ PATH_MAX, NAME_MAX = 4096, 255  # Linux's bounds on a path and on one of its nam
 
 def require_path(name: str, value: str) -> None:
     """Refuse a path the operating system would refuse later with a traceback (``File name too long``):
-    more than PATH_MAX bytes in all, or a name between slashes over NAME_MAX bytes."""
+    more than PATH_MAX bytes in all, or a name between slashes over NAME_MAX bytes; and a leading ``~user``
+    of no user here, which ``expanduser`` leaves as it is (a folder ``~user`` made in the working directory)."""
+    head = value.split("/", 1)[0]
+    require(not head.startswith("~") or os.path.expanduser(head) != head, name, f"a path whose leading {head} "
+            "expands (~ or ~user of a user of this machine)", value)
     raw = value.encode("utf-8", "surrogateescape")
     longest = max((len(part) for part in raw.split(b"/")), default=0)
     require(len(raw) < PATH_MAX and longest <= NAME_MAX, name, f"a path of at most {PATH_MAX - 1} bytes whose "

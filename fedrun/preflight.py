@@ -1,5 +1,5 @@
 """Checks of a whole config that need the data or this machine: does the model fit the dataset, are
-there the CPUs for ``run.threads``?
+there the CPUs for ``run.threads``, can the run write its sinks (TensorBoard's folder, MLflow's store)?
 
 ``fedrun sweep`` runs them on every task before anything is queued (fedrun.sweep.validate), and the
 round engine's build step calls :func:`check_model_fits_data` too, so a mismatch is one line naming the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,6 +49,27 @@ def check_threads(cfg: Config) -> None:
     if cfg.run.threads > cpus:
         raise ConfigError(f"run.threads: expected at most the {cpus} CPU(s) this process may use, got "
                           f"{cfg.run.threads}")
+
+
+def check_sinks(cfg: Config, run_dir: Path | None) -> None:
+    """Raise :class:`ConfigError` (one line, nothing written) for a sink the run could not write, before the
+    run directory is touched: ``<run.dir>/tensorboard`` a file or not writable (TensorBoard's writer raised
+    FileExistsError mid-start-up), a ``metrics.mlflow`` that is neither a tracking URI of a known scheme nor
+    an existing directory, or a SQLite store on a read-only mount (MLflow retried for 105 s)."""
+    if run_dir is None:
+        return
+    board = run_dir / "tensorboard"
+    if cfg.metrics.tensorboard and (board.exists() or board.is_symlink()):
+        if not board.is_dir():
+            raise ConfigError(f"metrics.tensorboard: {board} is a file; expected a directory for TensorBoard's "
+                              "event files (move the file, or metrics.tensorboard=false)")
+        if not os.access(board, os.W_OK | os.X_OK):
+            raise ConfigError(f"metrics.tensorboard: {board} is not writable; expected a writable directory "
+                              "(or metrics.tensorboard=false)")
+    if cfg.metrics.mlflow:
+        from fedrun.metrics.mlflow import tracking_uri
+
+        tracking_uri(cfg.metrics.mlflow, run_dir)
 
 
 def check_model_fits_data(cfg: Config, task: TaskData | None = None) -> None:

@@ -572,3 +572,46 @@ def test_malformed_inputs_give_one_line_and_status_2(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-s"]))
+
+
+def test_unwritable_sinks_and_unexpandable_paths_are_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """Sinks and paths (docs/reliability.md): TensorBoard's folder a file, an MLflow setting that is neither a
+    tracking URI of a known scheme nor an existing directory (``htp:::bad`` was a folder made in the working
+    directory), a SQLite store where no file can be made (sysfs, as a read-only mount: MLflow retried for
+    105 s), a ``~user`` of no user (was a folder ``~nosuchuser`` in the working directory): one line, status
+    2, at start-up; the working directory stays empty and an existing run's files are unchanged."""
+    run = tmp_path / "run"
+    run_ranks(0, ["-m", "fedrun", "train", "--quiet", f"run.dir={run}", *LS])
+    before = file_digests(run)
+    board = tmp_path / "board"
+    board.mkdir()
+    (board / "tensorboard").write_text("not a folder")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cases = [([f"run.dir={board}", "metrics.tensorboard=true"], "tensorboard is a file"),
+             ([f"run.dir={run}", "metrics.mlflow=htp:::bad"], "metrics.mlflow=htp:::bad"),
+             ([f"run.dir={run}", "metrics.mlflow=htp://bad"], "unknown scheme 'htp'"),
+             ([f"run.dir={run}", f"metrics.mlflow={tmp_path / 'nosuch'}"], "nor an existing directory"),
+             ([f"run.dir={run}", "metrics.mlflow=~nosuchuser/m"], "~nosuchuser"),
+             ([f"run.dir={run}", "state.dir=~nosuchuser/x", "state.store=disk"], "state.dir"),
+             (["run.dir=~nosuchuser/x"], "run.dir")]
+    if Path("/sys/kernel").is_dir():
+        cases.append(([f"run.dir={run}", "metrics.mlflow=sqlite:////sys/fedrun.db"], "/sys/fedrun.db"))
+    failures = []
+    for overrides, needle in cases:
+        code, err = _in_process(["train", "--quiet", *LS, *overrides])
+        failures += [f"{overrides}: {p}: {err!r}" for p in one_line_problems(code, err, needle)]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "htp:::bad")
+    code, err = _in_process(["train", "--quiet", *LS, f"run.dir={run}", "metrics.mlflow=true"])
+    failures += [f"MLFLOW_TRACKING_URI: {p}: {err!r}" for p in one_line_problems(code, err, "MLFLOW_TRACKING_URI")]
+    import torch
+
+    if not torch.cuda.is_available():  # was a LaunchError traceback, status 1
+        code, err = _subprocess(["train", "--quiet", *LS, f"run.dir={tmp_path / 'cuda'}", "run.device=cuda"])
+        failures += [f"run.device=cuda: {p}: {err!r}" for p in one_line_problems(code, err, "run.device=cuda")]
+        assert not (tmp_path / "cuda").exists()
+    assert not failures, "\n".join(failures)
+    assert list(cwd.iterdir()) == [] and file_digests(run) == before
+    assert sorted(p.name for p in board.iterdir()) == ["tensorboard"]

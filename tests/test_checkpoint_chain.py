@@ -214,6 +214,8 @@ def test_a_consolidated_copy_resumes_bit_for_bit_in_a_fresh_directory(runs, tmp_
         consolidate(tmp_path / "nosuch.h5", tmp_path / "x.h5")
     with pytest.raises(CheckpointError, match="ckpt_00000004.h5"):
         consolidate(_broken(runs, tmp_path), tmp_path / "x.h5")
+    with pytest.raises(CheckpointError, match="an incremental checkpoint; expected --out FILE"):
+        consolidate(runs / CHAIN / "ckpt_00000005.h5", None)
     assert not list(tmp_path.glob("x.h5*")) and not list(tmp_path.glob(".x.h5*"))
     code, out, err = _fedrun(capsys, "checkpoint", "consolidate", str(tmp_path / "nosuch.h5"), "--out",
                              str(tmp_path / "y.h5"))

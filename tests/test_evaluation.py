@@ -4,6 +4,8 @@ run's outputs (docs/evaluation.md, README "Rounds count from 1")."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -118,6 +120,7 @@ def test_tensorboard_events_and_rounds_from_1_after_a_resume(tmp_path):
     assert prov["command"][-1] == "auto" and "T" in prov["started"]
     assert prov["git_commit"] is None or len(prov["git_commit"]) == 40
     assert (REPO / ".git").exists() == (prov["git_commit"] is not None)
+    assert prov["cpu"]["machine"] and prov["cpu"]["torch_capability"]  # the CPU kind the bits depend on
 
     # fedrun report on this one run directory: the run's time in rounds, and the per-client plots
     from fedrun.sweep.report import make_report
@@ -130,3 +133,31 @@ def test_tensorboard_events_and_rounds_from_1_after_a_resume(tmp_path):
     names = {p.name for p in rep["plots"]}
     assert {"curves_rounds.png", "curves_communicated.png", "clients.png"} <= names
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in rep["plots"])
+
+
+def test_provenance_names_the_cpu_kind_and_no_commit_for_a_package_outside_a_checkout(tmp_path):
+    """The CPU kind: vendor, model, vector instruction sets from /proc/cpuinfo, torch's dispatch level. A fedrun
+    copied into a folder of another git repository (as site-packages inside a project's checkout) records
+    no commit (null, not that repository's), and never fails."""
+    import platform
+    import shutil
+    import subprocess
+    import sys
+
+    import torch
+
+    from fedrun.runtime.provenance import _ISA, cpu_kind
+
+    cpu = cpu_kind()
+    assert cpu["machine"] == platform.machine()
+    assert cpu["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+    if Path("/proc/cpuinfo").is_file() and platform.machine() == "x86_64":
+        assert cpu["vendor"] and cpu["model"] and "sse4_2" in cpu["isa"] and set(cpu["isa"]) <= set(_ISA)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "another project"], check=True)  # a HEAD that is not fedrun's
+    shutil.copytree(REPO / "fedrun", tmp_path / "lib" / "fedrun", ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run([sys.executable, "-c", "from fedrun.runtime.provenance import _git; "
+                           "print(_git('rev-parse', 'HEAD'))"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")}, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "None\n", proc.stderr

@@ -188,6 +188,30 @@ def test_inspect_counts_rounds_from_1_and_ends_quietly_into_a_closed_pipe(tmp_pa
     assert proc.returncode == 0 and proc.stderr == ""
 
 
+def test_inspect_takes_a_run_directory_and_consolidate_calls_a_full_checkpoint_whole(tmp_path, capsys):
+    """``inspect RUN_DIR`` inspects the newest checkpoint (as export and flatness take a run directory);
+    ``checkpoint consolidate`` of a full checkpoint is one line saying it is whole (exit 0, nothing written),
+    with ``--out`` a verified byte-for-byte copy; an empty directory is one line, exit 2."""
+    run = tmp_path / "run"
+    run_ranks(0, train_args(run, 3, ["checkpoint.every=1", "checkpoint.keep=5"]))
+    newest = run / "ckpt_00000003.h5"
+    assert main(["inspect", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"{newest}: the newest checkpoint of {run}" and "after round 3 (resumes" in out
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"fedrun: error: {tmp_path}: no checkpoint in this run directory " \
+                                              "(expected ckpt_*.h5)"
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert main(["checkpoint", "consolidate", str(newest)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{newest}: already whole (a full checkpoint of round 3, verified); nothing to consolidate\n", err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    copy = tmp_path / "copy.h5"
+    assert main(["checkpoint", "consolidate", str(newest), "--out", str(copy)]) == 0
+    assert "copied to" in capsys.readouterr().out and copy.read_bytes() == newest.read_bytes()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted([*before, "copy.h5"])
+
+
 def test_list_names_every_registry_entry_once_with_a_line():
     assert set(catalog.ALGORITHMS) == set(ALGORITHMS)
     assert set(catalog.PATTERNS) == set(PATTERNS)

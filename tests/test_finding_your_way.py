@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import subprocess
 import sys
 
 import h5py
@@ -112,3 +113,18 @@ def test_a_refused_resume_from_the_cli_names_the_flags(tmp_path):
     assert proc.returncode == 2 and "--accept-changes local.steps" in proc.stderr, proc.stderr
     assert json.loads((run_dir / "runtime.json").read_text())["start_round"] == 0
     assert sys.executable and REPO.is_dir() and child_env()
+
+
+def test_a_script_beside_a_clone_named_fedrun_imports_the_package_not_the_clones_folder(tmp_path):
+    """A folder holding the clone as ``fedrun/`` puts the clone's folder first on a script's sys.path; without
+    the clone's root ``__init__.py`` Python takes that folder for an empty namespace package (``module 'fedrun'
+    has no attribute 'run'``) ahead of any installed fedrun. No PYTHONPATH: only the script's folder."""
+    (tmp_path / "fedrun").symlink_to(REPO, target_is_directory=True)
+    (tmp_path / "script.py").write_text("import fedrun\nfrom fedrun.config import load_config\n"
+                                        "print(fedrun.__file__, callable(fedrun.run), load_config(None).run.rounds)\n")
+    env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, str(tmp_path / "script.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    where, runs, _ = proc.stdout.split()
+    assert where == str(tmp_path / "fedrun" / "fedrun" / "__init__.py") and runs == "True", proc.stdout

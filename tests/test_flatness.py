@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -267,7 +268,7 @@ def test_the_fmnist_flatness_step_measures_trained_runs_once_and_lists_the_rest(
 
     def fake(label: str, name: str) -> dict:
         return {"label": label, "seed": 0, "summary": str(summaries / f"{name}.json"),
-                "overrides": [f"run.dir={cnn_run}"]}
+                "base": "configs/quickstart.yaml", "overrides": [f"run.dir={cnn_run}"]}
 
     specs = [fake("FedAvg global_lr=1.0", "FedAvg_s0"), fake("FADAS global_lr=0.01", "FADAS_s0"),
              fake("FedAdam global_lr=0.01", "FedAdam_s0"), fake("FedYogi global_lr=0.01", "FedYogi_s0"),
@@ -285,6 +286,8 @@ def test_the_fmnist_flatness_step_measures_trained_runs_once_and_lists_the_rest(
             "directions"} <= set(record)
     assert record["label"] == "FedAvg" and record["setting"] == "global_lr=1.0" and record["examples"] == 200
     assert record["rho"] == [0.05] and len(record["loss_increase"]) == 1 and math.isfinite(record["top_eigenvalue"])
+    # the training run that wrote the checkpoint, for fedrun reproduce
+    assert record["base"] == "configs/quickstart.yaml" and record["overrides"] == [f"run.dir={cnn_run}"]
     before = (out / "FedAvg_s0.json").read_bytes()
     fmnist_flatness.flatness_all(specs, out)
     assert "1 of 4 runs measured already, 0 to do" in capsys.readouterr().out
@@ -323,6 +326,9 @@ def test_the_same_loss_step_measures_each_method_at_its_first_round_at_or_below_
         assert r["target_loss"] == target and r["rounds_trained"] == len(curve) == 4
         assert r["round"] == 1 + next(i for i, v in enumerate(curve) if v <= target)
         assert r["train_loss"] == curve[r["round"] - 1]  # the measured model is that round's checkpoint
+        # the retraining run that wrote the checkpoint (fedrun reproduce reruns it)
+        assert r["base"] == "configs/quickstart.yaml" and "checkpoint.every=1" in r["overrides"]
+        assert f"run.dir={Path(r['checkpoint']).parent}" in r["overrides"]
     assert any(r["train_loss"] == target for r in records)  # the method that sets L*, at its lowest point
     assert list(runs.iterdir()) == [] and not (tmp_path / "committed").exists()
     before = (out / "FedAdam_s0.json").read_bytes()

@@ -133,7 +133,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                           None if cfg.asynchrony.enabled else
                           make_participation(cfg.participation, num_clients, seed, cfg.run.rounds), world)
     entries = (*decl.client, *schedule.held_entries(decl.up))
-    directory = Path(cfg.state.dir) if cfg.state.dir else (run_dir or Path(tempfile.gettempdir()))
+    directory = Path(cfg.state.dir).expanduser() if cfg.state.dir else (run_dir or Path(tempfile.gettempdir()))
     plan = _store_plan(entries, block.num_clients, x0, cfg.run.rounds * schedule.cohort)
     clients, store_choice = _client_store(cfg.state, world, directory, entries, x0, plan)
     server = init_server(decl.server, x0) if world.is_root else {}

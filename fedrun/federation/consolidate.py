@@ -7,6 +7,9 @@ stores (each from the newest link storing it); rows no link stores hold the entr
 the chain. Rank-free, one process, a window of rows at a time (never ``N x d``; the rows are read twice,
 their count comes first in the file); every link and the output are verified. Nothing is left at ``--out``
 unless the whole file is written and verifies.
+
+A full checkpoint (no ``meta/base``) is whole already: it is verified and, with ``--out``, copied byte for
+byte (the copy verified before it takes the name), without ``--out`` only reported as whole.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from fedrun.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_name
-from fedrun.checkpoint.chain import Chain
+from fedrun.checkpoint.chain import Chain, base_of
 from fedrun.checkpoint.format import error_line, rows_path, values_path
 from fedrun.errors import CheckpointError
 from fedrun.federation.snapshot import check_chain
@@ -27,21 +30,34 @@ from fedrun.federation.snapshot import check_chain
 _WINDOW_BYTES = 8 << 20  # rows of one entry held at a time
 
 
-def consolidate(source: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, int]:
+def consolidate(source: str | os.PathLike, out: str | os.PathLike | None) -> tuple[Path | None, int, bool]:
     """Write the state of checkpoint ``source`` (and its chain) to ``out`` as one full checkpoint; returns
-    (out, rounds done). Raises :class:`CheckpointError` (one line) with nothing written at ``out``."""
-    source, out = Path(source), Path(out)
-    if out.exists():
+    (out, rounds done, whether ``source`` was whole already). A full ``source`` is copied as it is (``out``
+    None: nothing written). Raises :class:`CheckpointError` (one line) with nothing written at ``out``."""
+    source, out = Path(source), None if out is None else Path(out)
+    if out is not None and out.exists():
         raise CheckpointError(f"--out {out}: already exists; expected a new file name")
-    if not out.parent.is_dir():
+    if out is not None and not out.parent.is_dir():
         raise CheckpointError(f"--out {out}: no such directory {out.parent}")
     with CheckpointReader(source) as ckpt:
         check_chain(ckpt)  # every link opens, is the file it was written on, is complete and verifies
+        whole, done = base_of(ckpt) is None, int(ckpt.meta["round"])
+    if out is None:
+        if not whole:
+            raise CheckpointError(f"{source}: an incremental checkpoint; expected --out FILE to write it to")
+        return None, done, True
     try:
         scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except OSError as exc:
         raise CheckpointError(f"--out {out}: cannot write there ({error_line(exc)})") from None
     try:
+        if whole:
+            written = scratch / source.name
+            shutil.copyfile(source, written)
+            with CheckpointReader(written) as check:
+                check.verify()
+            os.replace(written, out)
+            return out, done, True
         with Chain(source) as chain:
             head = chain.head
             m = head.meta
@@ -60,7 +76,7 @@ def consolidate(source: str | os.PathLike, out: str | os.PathLike) -> tuple[Path
         raise CheckpointError(f"--out {out}: cannot write the file ({error_line(exc)})") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return out, int(m["round"])
+    return out, done, False
 
 
 def _copy_entry(chain: Chain, w: CheckpointWriter, name: str, n: int) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fedrun.config import MetricsConfig
-from fedrun.errors import ConfigError, RunFailure
+from fedrun.errors import ConfigError, RunFailure, require_path
 from fedrun.metrics.log import flatten
 from fedrun.metrics.observer import Arrays, Observer
 
@@ -52,11 +52,7 @@ class MlflowLog(Observer):
         self.run_id = ""
         if run_dir is None:
             return
-        try:
-            uri = tracking_uri(cfg.mlflow, run_dir)
-        except OSError as exc:
-            raise ConfigError(f"metrics.mlflow={cfg.mlflow}: cannot create the local store there "
-                              f"({exc.strerror or exc}); expected a writable directory or a tracking URI") from None
+        uri = tracking_uri(cfg.mlflow, run_dir)  # checked at start-up already (fedrun.preflight.check_sinks)
         # MLflow retries a failed request 7 times with doubling waits (minutes); 3 keeps an unreachable
         # server a one-line error within seconds, and still rides out a brief hiccup mid-run
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
@@ -126,18 +122,59 @@ class MlflowLog(Observer):
             self.client = None
 
 
+# the schemes MLflow's tracking client takes (a database's "+driver" is cut off before the comparison)
+SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc", "file")
+
+
 def tracking_uri(setting: bool | str, run_dir: Path) -> str:
-    """The tracking URI of ``metrics.mlflow`` = ``setting`` (see the module docstring)."""
-    if setting is True:
-        return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
-    text = str(setting)
-    if text.startswith("file:"):
-        text = text[len("file://"):] if text.startswith("file://") else text[len("file:"):]
-    elif "://" in text or text.startswith("databricks"):
+    """The tracking URI of ``metrics.mlflow`` = ``setting`` (see the module docstring), checked without
+    writing anything: a URI of another scheme, a directory that does not exist (``htp:::bad`` would be a
+    folder made in the working directory) or a SQLite store MLflow could not write (it retries for minutes)
+    is a :class:`ConfigError` naming the setting."""
+    if setting is True and not os.environ.get("MLFLOW_TRACKING_URI"):
+        return f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"  # the run directory is writable: its lock
+    name, text = ("MLFLOW_TRACKING_URI", os.environ["MLFLOW_TRACKING_URI"]) if setting is True else \
+        ("metrics.mlflow", str(setting))
+    scheme = text.split(":", 1)[0].split("+", 1)[0].lower() if ":" in text else ""
+    expected = f"expected true, a tracking URI ({', '.join(SCHEMES)}) or an existing directory"
+    if scheme == "file":
+        folder = text[len("file://"):] if text.startswith("file://") else text[len("file:"):]
+    elif "://" in text or text in ("databricks", "databricks-uc", "uc"):
+        if scheme not in SCHEMES:
+            raise ConfigError(f"{name}={text}: unknown scheme {scheme!r}; {expected}")
+        if scheme == "sqlite" and text[len("sqlite:///"):]:
+            require_path(name, text[len("sqlite:///"):])
+            _check_writable(name, text, Path(text[len("sqlite:///"):]).expanduser())
         return text
-    directory = Path(text).expanduser().resolve()
-    directory.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{directory / 'mlflow.db'}"
+    else:
+        folder = text
+    require_path(name, folder)
+    directory = Path(folder).expanduser()
+    if not directory.is_dir():
+        raise ConfigError(f"{name}={text}: neither a tracking URI nor an existing directory; {expected}")
+    _check_writable(name, text, directory / "mlflow.db")
+    return f"sqlite:///{directory.resolve() / 'mlflow.db'}"
+
+
+def _check_writable(name: str, text: str, database: Path) -> None:
+    """Refuse a SQLite store this process cannot write, tried as SQLite would: the file opened for update,
+    or (a new store) a scratch file made and removed in its folder, where SQLite keeps its journal. A
+    read-only mount, a file system that takes no new files (sysfs), a missing folder: one line, at once;
+    MLflow itself retries for 105 s."""
+    folder = database.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{name}={text}: no such directory {folder}; expected the SQLite store's folder to exist")
+    try:
+        if database.exists():
+            with open(database, "r+b"):
+                pass
+        else:
+            handle, scratch = tempfile.mkstemp(prefix=".fedrun-probe-", dir=folder)
+            os.close(handle)
+            os.unlink(scratch)
+    except OSError as exc:
+        raise ConfigError(f"{name}={text}: cannot write the SQLite store {database} ({exc.strerror or exc}); "
+                          "expected a writable location") from None
 
 
 def artifact_root(uri: str) -> str | None:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fedrun.errors import LaunchError, RunFailure, one_line, report
+from fedrun.errors import ConfigError, LaunchError, RunFailure, one_line, report
 from fedrun.runtime.launcher import int_env, mpi_comm, mpi_launched, split_type_shared, torchrun_env
 from fedrun.runtime.network import choose_interface, ifname_of, is_loopback_name, loopback
 from fedrun.runtime.rendezvous import exchange_peers, listen_address, master_store, rendezvous
@@ -128,7 +128,8 @@ def _pick_device(local_rank: int, requested: str) -> torch.device:
         deterministic_cuda()
         return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
     if requested == "cuda":
-        raise LaunchError("run.device=cuda: no CUDA device is visible to this process")
+        raise ConfigError("run.device=cuda: no CUDA device is visible to this process; expected a GPU (check "
+                          "CUDA_VISIBLE_DEVICES and that torch is a CUDA build), or run.device=auto or cpu")
     return torch.device("cpu")
 
 
