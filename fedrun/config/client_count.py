@@ -22,5 +22,5 @@ def with_client_count(data: Any) -> Any:
         with h5py.File(Path(train).expanduser(), "r") as f:
             examples = f.get("examples")
             return {**data, "num_clients": len(examples)} if isinstance(examples, h5py.Group) else data
-    except (OSError, ValueError):
+    except (KeyError, OSError, RuntimeError, TypeError, ValueError):  # h5py's errors for a damaged file
         return data

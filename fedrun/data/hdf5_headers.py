@@ -11,16 +11,28 @@ version 2 "OHDR"/"OCHK" object headers, a group's links as link messages):
 * the superblock (8-byte offsets and lengths only), the root group's object header;
 * object headers, version 1 and 2, with their continuation chunks (message 0x0010);
 * a group's hard links: a symbol table (0x0011, walked through its B-tree) or link messages (0x0006) with the
-  link info message (0x0002). A group whose links are in "dense" storage (a fractal heap) is not parsed:
-  :meth:`HDF5Headers.links` says so with ``None`` and the caller asks HDF5 for that group's links;
+  link info message (0x0002), in fedrun/data/hdf5_groups.py. A group whose links are in "dense" storage (a
+  fractal heap) is not parsed: the caller asks HDF5 for that group's links;
 * a dataset's dataspace (0x0001), datatype (0x0003: fixed-point and floating-point classes), data layout
   (0x0008 versions 3 and 4: compact, or contiguous with the data's address and size).
 
-Anything else is :class:`NotUnderstood`: chunked, filtered, external or virtual storage, a data address never
-written, soft or external links, other datatype classes (strings, compounds, ...), shared messages, message
-types or versions not listed above, other offset sizes, and every inconsistency (an address or a length past the
-end of the file, a bad signature, a loop of continuation chunks or B-tree nodes). A corrupted file is thus never
-read out of bounds (every address is checked against the file's size) and never raises anything else.
+Every structure is read the way HDF5 reads it, and every field HDF5 checks there is checked: the first of
+duplicate messages (``H5O_msg_read`` takes the first), continuation chunks in the order found, a group's link info
+before its symbol table, the maximum dimensions not under the dimensions, version 1 headers' message count and
+8-byte alignment, message flags, the datatype's every bit (fixed-point with every bit used, IEEE floats), the fill
+value message, a local heap's free list, a symbol table's cache types, and a group B-tree's keys and names in the
+order HDF5's binary searches need (a name the searches would not find is not listed). Bounds are HDF5's: the
+superblock's end-of-file address (EOA), not the file's size.
+
+Two outcomes besides a parse. :class:`NotUnderstood`: a valid layout this reader does not take (chunked, filtered,
+external or virtual storage, a data address never written, soft or external links, other datatype classes,
+shared messages, message types, versions or flags h5py does not write, a checksum that does not match, a field
+HDF5 would refuse); the caller asks HDF5 instead, inside a guard that turns HDF5's error into one line.
+:class:`~fedrun.errors.DataError` (one line naming the file): damage the reader itself found and that HDF5 must not
+be handed, since HDF5 may crash on it (a B-tree node pointing at itself made it segfault): a loop of B-tree nodes,
+continuation chunks or heap free blocks, an address or a length past the EOA, a signature missing where a
+structure is pointed at, more entries than a node holds, names out of order or duplicated, a name not ended in
+its heap. A damaged file is thus never read out of bounds and never raises anything else.
 Version 2 headers carry a checksum (Bob Jenkins' lookup3, as ``H5_checksum_lookup3``); HDF5 refuses a header
 whose checksum does not match, so must a reader of the same bytes: the spans parsed are collected in
 :attr:`HDF5Headers.spans` and checked many at a time with numpy (fedrun/data/hdf5_checksum.py), since the hash in
@@ -38,19 +50,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrun.data.hdf5_checksum import checksums_match
-from fedrun.errors import NotUnderstood
+from fedrun.errors import DataError, NotUnderstood
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 UNDEFINED = (1 << 64) - 1
 _U8, _U16, _U32, _U64 = struct.Struct("<B"), struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 _V1_MESSAGE = struct.Struct("<HHB")  # type, size, flags (then 3 reserved bytes)
 _V2_MESSAGE = struct.Struct("<BHB")  # type, size, flags
-_ENTRY = struct.Struct("<QQI")  # symbol table entry: name's offset in the heap, object header address, cache type
-# message types a dataset's or group's header may hold that change nothing read here
-_IGNORED = {0x0000, 0x0004, 0x0005, 0x000A, 0x000C, 0x000D, 0x000E, 0x0012, 0x0015, 0x0016}
+# message types a dataset's or group's header may hold that HDF5 does not decode when it opens the object, or
+# that are checked here (0x0005 fill value, 0x000A group info, 0x0016 reference count)
+_IGNORED = {0x0000, 0x0005, 0x000A, 0x000C, 0x000D, 0x000E, 0x0012, 0x0015, 0x0016}
 _READ = {0x0001, 0x0002, 0x0003, 0x0006, 0x0008, 0x000B, 0x0010, 0x0011}
+_CONSTANT = 0x01  # the only message flag h5py writes (the datatype's and fill value's "constant")
+_V2_FLAGS = 0x3F  # object header version 2 flags HDF5 knows (size width, attribute order, phase change, times)
 _MAX_CHUNKS = 64  # object header chunks followed per header
 _VERIFY_BYTES = 1 << 24  # bytes of spans hashed at once (an odd file may hold large header chunks)
+# IEEE floats as numpy holds them: size -> (exponent location, exponent size, mantissa location and size, bias)
+_IEEE = {2: (10, 5, 0, 10, 15), 4: (23, 8, 0, 23, 127), 8: (52, 11, 0, 52, 1023)}
 
 
 @dataclass(frozen=True)
@@ -69,10 +85,12 @@ class Record:
     """One stretch of bytes of a parse (``length`` bytes at file offset ``start``), as a step of a template
     (fedrun/data/hdf5_templates.py): the bytes ``free`` may differ from object to object (values read, times, the
     checksum); ``fields`` are the offsets of the 8-byte values read (an address, a size, a dimension), numbered in
-    order across a template's records."""
+    order across a template's records; ``extent`` (at least ``length``): the bytes HDF5 reads there, which must
+    lie inside the file (a B-tree node's or symbol table node's unused entries)."""
 
-    def __init__(self, start: int, length: int, checksum: bool = False) -> None:
+    def __init__(self, start: int, length: int, checksum: bool = False, extent: int = 0) -> None:
         self.start, self.length, self.checksum = start, length, checksum
+        self.extent = max(length, extent)
         self.freed: list[tuple[int, int]] = [(length - 4, 4)] if checksum else []
         self.fields: list[int] = []
         self.source = -1  # the field holding this record's address (-1: the address the template is applied to)
@@ -87,13 +105,20 @@ class Record:
         return at - self.start
 
 
+def _first(messages: list[tuple[int, int, int, int]], kind: int) -> tuple[int, int] | None:
+    """The data offset and size of the first message of type ``kind`` (HDF5 reads the first), or None."""
+    return next(((data, length) for k, _, data, length in messages if k == kind), None)
+
+
 class HDF5Headers:
     """One HDF5 file, mapped read-only; :class:`NotUnderstood` when its superblock is not one this reader knows.
 
-    ``spans``: the (start, length) of every version 2 header chunk parsed since the last :meth:`verify`; a
-    chunk's checksum is the 4 bytes after it."""
+    ``size``: the end of what may be read, the superblock's end-of-file address (HDF5's bound; an opened file is
+    at least that long). ``spans``: the (start, length) of every version 2 header chunk parsed since the last
+    :meth:`verify`; a chunk's checksum is the 4 bytes after it."""
 
     def __init__(self, path: str) -> None:
+        self.path = path
         try:
             with open(path, "rb") as fh:
                 self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -120,36 +145,54 @@ class HDF5Headers:
             pass
 
     # -- bounds -------------------------------------------------------------------------------------------------
+    def damaged(self, what: str) -> DataError:
+        """The one line for damage found here (module docstring: never handed to HDF5)."""
+        return DataError(f"{self.path}: damaged HDF5 file: {what}; expected an HDF5 file as written (fedrun's "
+                         "header reader refuses it rather than hand it to HDF5)")
+
     def _at(self, address: int, length: int) -> int:
-        """The file offset of ``length`` bytes at ``address`` (relative to the base), checked inside the file."""
-        if address == UNDEFINED or length < 0 or self.base + address + length > self.size:
-            raise NotUnderstood(f"address {address} + {length} past the end of the file ({self.size} bytes)")
+        """The file offset of ``length`` bytes at ``address`` (relative to the base), checked inside the file:
+        an undefined address is not understood (data never written), one past the end is damage."""
+        if address == UNDEFINED:
+            raise NotUnderstood("an undefined address")
+        if length < 0 or self.base + address + length > self.size:
+            raise self.damaged(f"address {address} + {length} bytes past the end of the file ({self.size} bytes)")
         return self.base + address
 
     def _superblock(self) -> tuple[int, int]:
+        """The base address and the root group's header address; :attr:`size` set to the EOA. Also the group
+        B-tree's and symbol table node's K (superblocks 0 and 1; HDF5's defaults, 16 and 4, otherwise)."""
         mm, at = self._mm, 0
         while mm[at:at + 8] != SIGNATURE:
             at = 512 if at == 0 else 2 * at
             if at + 8 > self.size:
                 raise NotUnderstood("no HDF5 signature")
         version = mm[at + 8]
+        self.leaf_k, self.node_k = 4, 16
         if version in (0, 1):
             if (mm[at + 13], mm[at + 14]) != (8, 8):
                 raise NotUnderstood("offsets or lengths not of 8 bytes")
+            self.leaf_k, self.node_k = _U16.unpack_from(mm, at + 16)[0], _U16.unpack_from(mm, at + 18)[0]
+            if not self.leaf_k or not self.node_k:
+                raise NotUnderstood("a K of 0")
             fields = at + (24 if version == 0 else 28)
-            base = _U64.unpack_from(mm, fields)[0]
+            base, eoa = _U64.unpack_from(mm, fields)[0], _U64.unpack_from(mm, fields + 16)[0]
             root = _U64.unpack_from(mm, fields + 40)[0]  # the root's symbol table entry: name offset, header
         elif version in (2, 3):
             if (mm[at + 9], mm[at + 10]) != (8, 8):
                 raise NotUnderstood("offsets or lengths not of 8 bytes")
             if at + 48 > self.size:
                 raise NotUnderstood("superblock cut short")
-            base, root = _U64.unpack_from(mm, at + 12)[0], _U64.unpack_from(mm, at + 36)[0]
+            base, eoa, root = (_U64.unpack_from(mm, at + 12)[0], _U64.unpack_from(mm, at + 28)[0],
+                               _U64.unpack_from(mm, at + 36)[0])
             self.spans.append((at, 44))
         else:
             raise NotUnderstood(f"superblock version {version}")
         if base != at:
             raise NotUnderstood(f"base address {base}, superblock at {at}")
+        if base + eoa > self.size:  # HDF5 does not open such a file ("truncated file")
+            raise NotUnderstood(f"end of file address {eoa} past the file's {self.size} bytes")
+        self.size = base + eoa
         return base, root
 
     # -- checksums ----------------------------------------------------------------------------------------------
@@ -170,8 +213,9 @@ class HDF5Headers:
 
     # -- object headers -----------------------------------------------------------------------------------------
     def messages(self, address: int) -> list[tuple[int, int, int, int]]:
-        """The messages of the object header at ``address``: (type, flags, file offset of the data, size),
-        continuation chunks followed; version 2 chunks added to :attr:`spans`."""
+        """The messages of the object header at ``address``: (type, flags, file offset of the data, size), in
+        HDF5's order (chunk 0, then continuation chunks in the order found); version 2 chunks added to
+        :attr:`spans`."""
         try:
             return self._messages(address)[0]
         except (struct.error, IndexError) as exc:
@@ -179,21 +223,33 @@ class HDF5Headers:
 
     def _messages(self, address: int) -> tuple[list[tuple[int, int, int, int]], Record | None]:
         """:meth:`messages`, and the header as a record of a template (None: it has continuation
-        chunks, elsewhere in the file)."""
+        chunks, elsewhere in the file). HDF5's checks of the prefix and of each message (``H5O__prefix_deserialize``,
+        ``H5O__chunk_deserialize``) are made; what h5py never writes is not understood."""
         mm = self._mm
         at = self._at(address, 16)
         out: list[tuple[int, int, int, int]] = []
         if mm[at] == 1:  # version 1: version, reserved, messages (2), references (4), header size (4), padding
-            v2, tracked, size = False, 0, _U32.unpack_from(mm, at + 8)[0]
+            v2, tracked = False, 0
+            count, size = _U16.unpack_from(mm, at + 2)[0], _U32.unpack_from(mm, at + 8)[0]
+            if count == 0 or size < 8:
+                raise NotUnderstood(f"a version 1 header at {address} of {count} messages in {size} bytes")
             chunks = [(at + 16, self._at(address + 16, size) + size)]
             record = Record(at, 16 + size)
         elif mm[at:at + 5] == b"OHDR\x02":
-            v2, flags = True, mm[at + 5]
-            start = at + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+            v2, flags, count = True, mm[at + 5], -1
+            if flags & ~_V2_FLAGS:
+                raise NotUnderstood(f"object header flags {flags:#04x} at {address}")
+            start = at + 6 + (16 if flags & 0x20 else 0)
+            if flags & 0x10:  # attribute phase change: most compact, fewest dense
+                if _U16.unpack_from(mm, start)[0] < _U16.unpack_from(mm, start + 2)[0]:
+                    raise NotUnderstood(f"attribute phase change values at {address}")
+                start += 4
             width = 1 << (flags & 3)
             size = int.from_bytes(mm[start:start + width], "little")
             begin = start + width
             end = self._at(begin - self.base, size + 4) + size
+            if size < 4 + (2 if flags & 0x04 else 0):
+                raise NotUnderstood(f"a version 2 header at {address} of {size} bytes")
             self.spans.append((at, end - at))
             chunks = [(begin, end)]
             tracked = 2 if flags & 0x04 else 0
@@ -201,10 +257,10 @@ class HDF5Headers:
             if flags & 0x20:  # access, modification, change and birth times
                 record.free(at + 6, 16)
         else:
-            raise NotUnderstood(f"no object header at {address}")
-        seen = set()
+            raise self.damaged(f"no object header at address {address}")
+        seen, parsed = set(), 0
         while chunks:
-            begin, end = chunks.pop()
+            begin, end = chunks.pop(0)
             step = (4 + tracked) if v2 else 8
             pos = begin
             while pos + step <= end:
@@ -212,128 +268,48 @@ class HDF5Headers:
                     kind, length, mflags = _V2_MESSAGE.unpack_from(mm, pos)
                 else:
                     kind, length, mflags = _V1_MESSAGE.unpack_from(mm, pos)
+                    if length % 8:
+                        raise NotUnderstood(f"a message of {length} bytes in the version 1 header at {address}")
+                parsed += 1
                 data = pos + step
                 pos = data + length
                 if pos > end:
                     raise NotUnderstood(f"message of {length} bytes past its header chunk at {address}")
-                if kind in (0x000E, 0x0012):  # modification times
+                if mflags & ~_CONSTANT:
+                    raise NotUnderstood(f"message flags {mflags:#04x} in the header at {address}")
+                if kind in (0x000E, 0x0012) and record is not None:  # modification times
                     record.free(data, length)
                 if kind == 0x0010:  # continuation: address, length
+                    if length < 16:
+                        raise NotUnderstood(f"a continuation message of {length} bytes at {address}")
                     record = None
                     where, more = _U64.unpack_from(mm, data)[0], _U64.unpack_from(mm, data + 8)[0]
                     if where in seen or len(seen) >= _MAX_CHUNKS:
-                        raise NotUnderstood(f"continuation loop in the header at {address}")
+                        raise self.damaged(f"a loop of continuation chunks in the header at address {address}")
                     seen.add(where)
                     first = self._at(where, more)
                     if v2:
                         if mm[first:first + 4] != b"OCHK" or more < 8:
-                            raise NotUnderstood(f"no continuation chunk at {where}")
+                            raise self.damaged(f"no continuation chunk at address {where}")
                         self.spans.append((first, more - 4))
                         chunks.append((first + 4, first + more - 4))
                     else:
                         chunks.append((first, first + more))
                 elif kind in _READ:
-                    if mflags & 0x02:
-                        raise NotUnderstood(f"shared message {kind:#06x} in the header at {address}")
                     out.append((kind, mflags, data, length))
+                elif kind == 0x0016 and (not v2 or length < 5 or mm[data] != 0):  # reference count: version 2 only
+                    raise NotUnderstood(f"a reference count message in the header at {address}")
+                elif kind == 0x000A and (length < 2 or mm[data] != 0 or mm[data + 1] & ~0x03):  # group info
+                    raise NotUnderstood(f"a group info message in the header at {address}")
                 elif kind not in _IGNORED:
                     raise NotUnderstood(f"message {kind:#06x} in the header at {address}")
+                elif kind == 0x0005:
+                    out.append((kind, mflags, data, length))
+            if not v2 and pos != end:  # version 1 chunks hold no gaps (HDF5: "gap found in early version")
+                raise NotUnderstood(f"a gap in the version 1 header at {address}")
+        if not v2 and parsed != count:
+            raise NotUnderstood(f"{parsed} messages in the version 1 header at {address}, which says {count}")
         return out, record
-
-    # -- groups -------------------------------------------------------------------------------------------------
-    def links(self, address: int) -> dict[str, int | None] | None:
-        """The links of the group whose object header is at ``address``: name -> the linked object's header
-        address (None: not a hard link). None when the links are in dense storage (not parsed here)."""
-        try:
-            return self._links(address)
-        except (struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:
-            raise NotUnderstood(f"group at {address} ({exc})") from None
-
-    def _links(self, address: int) -> dict[str, int | None] | None:
-        mm = self._mm
-        out: dict[str, int | None] = {}
-        group = False
-        for kind, _, data, length in self.messages(address):
-            if kind == 0x0011:  # symbol table: v1 B-tree, local heap
-                btree, heap = _U64.unpack_from(mm, data)[0], _U64.unpack_from(mm, data + 8)[0]
-                out.update(self._symbol_table(btree, heap))
-                group = True
-            elif kind == 0x0002:  # link info: version 0, flags, [max creation index], fractal heap, name index
-                if mm[data] != 0:
-                    raise NotUnderstood("link info version")
-                if _U64.unpack_from(mm, data + (10 if mm[data + 1] & 1 else 2))[0] != UNDEFINED:
-                    return None
-                group = True
-            elif kind == 0x0006:
-                name, target = self._link(data, length)
-                out[name] = target
-            elif kind in (0x0001, 0x0003, 0x0008, 0x000B):
-                raise NotUnderstood(f"a dataset at {address}, not a group")
-        if not group:
-            raise NotUnderstood(f"no group at {address}")
-        return out
-
-    def _link(self, data: int, length: int) -> tuple[str, int | None]:
-        name, target, _ = self._link_at(data, length)
-        return name, target
-
-    def _link_at(self, data: int, length: int) -> tuple[str, int | None, int | None]:
-        """A link message (version 1, flags, [type], [creation order], [charset], name length, name, target): its
-        name, and for a hard link the object's header address and where it lies in the file."""
-        mm = self._mm
-        flags, pos = mm[data + 1], data + 2
-        if mm[data] != 1:
-            raise NotUnderstood("link message version")
-        kind = 0
-        if flags & 0x08:
-            kind, pos = mm[pos], pos + 1
-        pos += (8 if flags & 0x04 else 0) + (1 if flags & 0x10 else 0)
-        width = 1 << (flags & 3)
-        size = int.from_bytes(mm[pos:pos + width], "little")
-        pos += width
-        if pos + size + (8 if kind == 0 else 0) > data + length:
-            raise NotUnderstood("link message past its size")
-        name = mm[pos:pos + size].decode("utf-8")
-        if kind != 0:
-            return name, None, None
-        return name, _U64.unpack_from(mm, pos + size)[0], pos + size
-
-    def _symbol_table(self, btree: int, heap: int) -> dict[str, int | None]:
-        """An old-style group's entries: its B-tree (node type 0) down to the "SNOD" nodes, names in the heap."""
-        mm = self._mm
-        at = self._at(heap, 32)
-        if mm[at:at + 5] != b"HEAP\x00":
-            raise NotUnderstood(f"no local heap at {heap}")
-        size, segment = _U64.unpack_from(mm, at + 8)[0], _U64.unpack_from(mm, at + 24)[0]
-        names = mm[self._at(segment, size):self._at(segment, size) + size]
-        out: dict[str, int | None] = {}
-        stack, seen, nodes = [(btree, None)], set(), []
-        while stack:
-            node, level = stack.pop()
-            if node in seen:
-                raise NotUnderstood(f"B-tree node {node} reached twice")
-            seen.add(node)
-            at = self._at(node, 24)
-            if mm[at:at + 5] != b"TREE\x00" or (level is not None and mm[at + 5] != level):
-                raise NotUnderstood(f"no group B-tree node at {node}")
-            level, used = mm[at + 5], _U16.unpack_from(mm, at + 6)[0]
-            self._at(node, 24 + 16 * used + 8)
-            children = np.frombuffer(mm, dtype="<u8", count=2 * used + 1, offset=at + 24)[1::2].tolist()
-            if level:
-                stack.extend((child, level - 1) for child in reversed(children))
-            else:
-                nodes.extend(children)
-        for node in nodes:
-            at = self._at(node, 8)
-            if mm[at:at + 5] != b"SNOD\x01":
-                raise NotUnderstood(f"no symbol table node at {node}")
-            count = _U16.unpack_from(mm, at + 6)[0]
-            self._at(node, 8 + 40 * count)
-            for entry in range(at + 8, at + 8 + 40 * count, 40):
-                offset, header, cache = _ENTRY.unpack_from(mm, entry)
-                end = names.index(b"\0", offset)
-                out[names[offset:end].decode("utf-8")] = None if cache == 2 or header == UNDEFINED else header
-        return out
 
     # -- datasets -----------------------------------------------------------------------------------------------
     def dataset(self, address: int) -> DatasetHeader:
@@ -342,79 +318,118 @@ class HDF5Headers:
         try:
             return self._dataset(address)[0]
         except (struct.error, IndexError, ValueError, TypeError) as exc:
+            if isinstance(exc, DataError):
+                raise
             raise NotUnderstood(f"dataset at {address} ({exc})") from None
 
-    def _dataset(self, address: int) -> tuple[DatasetHeader, Record | None]:
-        """:meth:`dataset`, and its header as a record whose fields are the dimensions and, for contiguous
-        storage, the data's address and size (None: a header with continuation chunks)."""
+    def _dataset(self, address: int) -> tuple[DatasetHeader, Record | None, bool]:
+        """:meth:`dataset`, its header as a record whose fields are the dimensions, the maximum dimensions (when
+        stored: the bool returned) and, for contiguous storage, the data's address and size (None: a header with
+        continuation chunks). The first message of each type, as HDF5 reads them (``H5D__open_oid``)."""
         mm = self._mm
-        shape = dtype = data = None
-        nbytes = 0
         messages, record = self._messages(address)
         scratch = record or Record(0, 0)
-        for kind, _, pos, length in messages:
-            if kind == 0x0001:
-                shape, first = self._dataspace(pos, length)
-                for i in range(len(shape)):
-                    scratch.field(first + 8 * i)
-                if mm[pos + 2] & 1:  # maximum dimensions (not read)
-                    scratch.free(first + 8 * len(shape), 8 * len(shape))
-            elif kind == 0x0003:
-                raw = mm[pos:pos + length]
-                dtype = self._types.get(raw)
-                if dtype is None:
-                    dtype = self._types[raw] = self._datatype(raw)
-            elif kind == 0x0008:
-                if mm[pos] not in (3, 4):
-                    raise NotUnderstood(f"data layout version {mm[pos]}")
-                if mm[pos + 1] == 0:  # compact: size (2), the raw data
-                    nbytes, data = _U16.unpack_from(mm, pos + 2)[0], pos + 4
-                    if nbytes + 4 > length:
-                        raise NotUnderstood("compact data past its message")
-                    scratch.free(data, nbytes)
-                elif mm[pos + 1] == 1:  # contiguous: address, size
-                    where, nbytes = _U64.unpack_from(mm, pos + 2)[0], _U64.unpack_from(mm, pos + 10)[0]
-                    data = self._at(where, nbytes)
-                    scratch.field(pos + 2)
-                    scratch.field(pos + 10)
-                else:
-                    raise NotUnderstood(f"data layout class {mm[pos + 1]} (chunked or virtual)")
-            else:
-                raise NotUnderstood(f"message {kind:#06x} in a dataset's header")
-        if shape is None or dtype is None or data is None:
+        if _first(messages, 0x000B) is not None:
+            raise NotUnderstood("filters")
+        space, kind, layout = _first(messages, 0x0001), _first(messages, 0x0003), _first(messages, 0x0008)
+        if space is None or kind is None or layout is None or any(k in (0x0002, 0x0006, 0x0011)
+                                                                   for k, *_ in messages):
             raise NotUnderstood(f"no dataset at {address}")
+        shape, first, limits = self._dataspace(*space)
+        for i in range(len(shape)):
+            scratch.field(first + 8 * i)
+        for i in range(len(shape) if limits else 0):
+            scratch.field(first + 8 * (len(shape) + i))
+        raw = mm[kind[0]:kind[0] + kind[1]]
+        dtype = self._types.get(raw)
+        if dtype is None:
+            dtype = self._types[raw] = self._datatype(raw)
+        fill = _first(messages, 0x0005)
+        if fill is not None:
+            self._fill(*fill, dtype)
+        pos, length = layout
+        if mm[pos] not in (3, 4) or length < 4:
+            raise NotUnderstood(f"data layout version {mm[pos]}")
+        if mm[pos + 1] == 0:  # compact: size (2), the raw data
+            nbytes, data = _U16.unpack_from(mm, pos + 2)[0], pos + 4
+            if nbytes + 4 > length:
+                raise NotUnderstood("compact data past its message")
+            scratch.free(data, nbytes)
+        elif mm[pos + 1] == 1 and length >= 18:  # contiguous: address, size
+            where, nbytes = _U64.unpack_from(mm, pos + 2)[0], _U64.unpack_from(mm, pos + 10)[0]
+            if nbytes != dtype.itemsize * math.prod(shape) or nbytes == 0:
+                raise NotUnderstood(f"{nbytes} bytes of data for shape {shape} of {dtype}")
+            data = self._at(where, nbytes)
+            scratch.field(pos + 2)
+            scratch.field(pos + 10)
+        else:
+            raise NotUnderstood(f"data layout class {mm[pos + 1]} (chunked or virtual)")
         if nbytes != dtype.itemsize * math.prod(shape):
             raise NotUnderstood(f"{nbytes} bytes of data for shape {shape} of {dtype}")
-        return DatasetHeader(shape, dtype, data, nbytes), record
+        return DatasetHeader(shape, dtype, data, nbytes), record, limits
 
-    def _dataspace(self, pos: int, length: int) -> tuple[tuple[int, ...], int]:
-        """The dimensions, and the file offset of the first."""
+    def _dataspace(self, pos: int, length: int) -> tuple[tuple[int, ...], int, bool]:
+        """The dimensions, the file offset of the first, whether maximum dimensions follow them (each at least
+        its dimension, or unlimited). Versions 1 and 2, scalar or simple (``H5O__sdspace_decode``)."""
         mm = self._mm
-        version, rank = mm[pos], mm[pos + 1]
+        version, rank, flags = mm[pos], mm[pos + 1], mm[pos + 2]
         if version == 1:
             first = pos + 8
-        elif version == 2 and mm[pos + 3] in (0, 1):  # scalar, simple (not null)
+        elif version == 2 and (mm[pos + 3] == 1 or (mm[pos + 3] == 0 and rank == 0)):  # simple, scalar
             first = pos + 4
         else:
             raise NotUnderstood(f"dataspace version {version}")
-        if rank > 32 or first + 8 * rank > pos + length:
-            raise NotUnderstood(f"dataspace of rank {rank}")
-        return struct.unpack_from(f"<{rank}Q", mm, first), first
+        limits = bool(flags & 1)
+        if flags & ~0x01 or rank > 32 or first + 8 * rank * (2 if limits else 1) > pos + length:
+            raise NotUnderstood(f"dataspace of rank {rank}, flags {flags}")
+        shape = struct.unpack_from(f"<{rank}Q", mm, first)
+        if limits:
+            most = struct.unpack_from(f"<{rank}Q", mm, first + 8 * rank)
+            if any(m != UNDEFINED and m < d for d, m in zip(shape, most, strict=True)):
+                raise NotUnderstood(f"maximum dimensions {most} under the dimensions {shape}")
+        return shape, first, limits
 
     @staticmethod
     def _datatype(raw: bytes) -> np.dtype:
-        """Fixed-point (class 0: byte order, sign; no offset, every bit used) or floating-point (class 1: byte
-        order, not VAX) types only."""
+        """Fixed-point (class 0: byte order, sign, no padding; no offset, every bit used) or IEEE floating-point
+        (class 1: byte order, implied mantissa bit, numpy's exponent and mantissa) types only: what numpy reads
+        from the same bytes is then what HDF5's conversion gives."""
         if len(raw) < 12 or raw[0] >> 4 not in (1, 2, 3, 4):
             raise NotUnderstood("datatype version")
         kind, bits, size = raw[0] & 0x0F, raw[1], _U32.unpack_from(raw, 4)[0]
         order = ">" if bits & 1 else "<"
-        if kind == 0 and size in (1, 2, 4, 8) and _U16.unpack_from(raw, 8)[0] == 0 \
-                and _U16.unpack_from(raw, 10)[0] == 8 * size:
+        exact = raw[2:4] == b"\0\0" and _U16.unpack_from(raw, 8)[0] == 0 and _U16.unpack_from(raw, 10)[0] == 8 * size
+        if kind == 0 and size in (1, 2, 4, 8) and not bits & ~0x09 and exact:
             return np.dtype(f"{order}{'i' if bits & 0x08 else 'u'}{size}")
-        if kind == 1 and size in (2, 4, 8) and not bits & 0x40:
+        if kind == 1 and size in _IEEE and bits & ~0x01 == 0x20 and raw[2] == 8 * size - 1 and raw[3] == 0 \
+                and len(raw) >= 20 and _U16.unpack_from(raw, 8)[0] == 0 and _U16.unpack_from(raw, 10)[0] == 8 * size \
+                and (raw[12], raw[13], raw[14], raw[15], _U32.unpack_from(raw, 16)[0]) == _IEEE[size]:
             return np.dtype(f"{order}f{size}")
         raise NotUnderstood(f"datatype class {kind} of {size} bytes")
+
+    def _fill(self, pos: int, length: int, dtype: np.dtype) -> None:
+        """The fill value message as h5py writes it (versions 2 and 3; ``H5O__fill_new_decode``'s checks): known
+        allocation and fill times, a value, if any, of the dataset's element size."""
+        mm = self._mm
+        version = mm[pos]
+        if version == 2 and length >= 4:
+            alloc, when, defined, size_at = mm[pos + 1], mm[pos + 2], mm[pos + 3], pos + 4
+            value = defined == 1
+            ok = defined in (0, 1)
+        elif version == 3 and length >= 2:
+            flags, size_at = mm[pos + 1], pos + 2
+            alloc, when, value = flags & 0x03, (flags >> 2) & 0x03, bool(flags & 0x20)
+            ok = not flags & ~0x3F and not (flags & 0x10 and value)
+        else:
+            raise NotUnderstood(f"fill value message version {version}")
+        if not ok or alloc not in (1, 2, 3) or when > 2:
+            raise NotUnderstood("fill value message")
+        if value:
+            if size_at + 4 > pos + length:
+                raise NotUnderstood("fill value message")
+            size = _U32.unpack_from(mm, size_at)[0]
+            if size not in (0, dtype.itemsize) or size_at + 4 + size > pos + length:
+                raise NotUnderstood(f"a fill value of {size} bytes")
 
     def read(self, dataset: DatasetHeader) -> np.ndarray:
         """The dataset's values as stored (a view of the mapped file; copy before the file is closed)."""
