@@ -20,12 +20,14 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 from helpers import REPO, child_env
 
 from fedrun.cli import main
 from fedrun.config import DataConfig, FederatedH5Config
 from fedrun.data import federated_h5_cache, federated_h5_index
 from fedrun.data.federated_h5 import FederatedH5
+from fedrun.data.hdf5_checksum import lookup3
 from fedrun.data.hdf5_headers import HDF5Headers
 
 CLIENTS = 5
@@ -193,21 +195,36 @@ def _symbol_table(path: Path, group: str) -> tuple[int, int]:
 
 
 def second_layout(train: Path) -> bytes:
-    """Client c0's label header (version 1, h5py's default) given a second data layout message, in its null
-    message's room: the layout of c0's ``hidden`` dataset (three 9s). HDF5 reads the first (labels under 3)."""
+    """Client c0's label header given a second data layout message, in its null message's room: the layout of
+    c0's ``hidden`` dataset (three 9s). HDF5 reads the first (labels under 3). Version 1 headers (h5py's default)
+    count one message more; version 2 headers (``libver="latest"``) get their checksum again."""
     data = bytearray(train.read_bytes())
     header = _address(train, "examples/c0/label")
     headers = HDF5Headers(str(train))
-    other = next(pos for kind, _, pos, _ in headers.messages(_address(train, "examples/c0/hidden")) if kind == 0x0008)
+    other, length = next((pos, size) for kind, _, pos, size in headers.messages(_address(train, "examples/c0/hidden"))
+                         if kind == 0x0008)
     headers.close()
-    pos, end = header + 16, header + 16 + struct.unpack_from("<I", data, header + 8)[0]
-    while struct.unpack_from("<H", data, pos)[0] != 0x0000:  # the null message
-        pos += 8 + struct.unpack_from("<H", data, pos + 2)[0]
-    room = struct.unpack_from("<H", data, pos + 2)[0]
-    data[pos:pos + 8 + 24] = struct.pack("<HHB3x", 0x0008, 24, 0) + data[other:other + 24]
-    data[pos + 32:pos + 40] = struct.pack("<HHB3x", 0x0000, room - 32, 0)
-    assert pos + 40 + room - 32 == end
-    data[header + 2:header + 4] = struct.pack("<H", struct.unpack_from("<H", data, header + 2)[0] + 1)
+    if data[header] == 1:
+        step, pack, begin = 8, struct.Struct("<HHB3x"), header + 16
+        end = begin + struct.unpack_from("<I", data, header + 8)[0]
+    else:
+        flags = data[header + 5]
+        assert data[header:header + 4] == b"OHDR" and not flags & 0x14  # no phase change, no creation order
+        step, pack, start = 4, struct.Struct("<BHB"), header + 6 + (16 if flags & 0x20 else 0)
+        begin = start + (1 << (flags & 3))
+        end = begin + int.from_bytes(data[start:begin], "little")
+    pos = begin
+    while pack.unpack_from(data, pos)[0] != 0x0000:  # the null message
+        pos += step + pack.unpack_from(data, pos)[1]
+    room = pack.unpack_from(data, pos)[1]
+    data[pos:pos + step + length] = pack.pack(0x0008, length, 0) + data[other:other + length]
+    data[pos + step + length:pos + 2 * step + length] = pack.pack(0x0000, room - step - length, 0)
+    if step == 8:
+        data[header + 2:header + 4] = struct.pack("<H", struct.unpack_from("<H", data, header + 2)[0] + 1)
+    else:
+        row = np.zeros((1, 12 * -(-(end - header) // 12)), dtype=np.uint8)
+        row[0, :end - header] = np.frombuffer(bytes(data[header:end]), dtype=np.uint8)
+        data[end:end + 4] = struct.pack("<I", int(lookup3(row, end - header)[0]))
     return bytes(data)
 
 
@@ -232,20 +249,21 @@ def small_maxdims(train: Path) -> bytes:
     return bytes(data)
 
 
-def crafted_pair(d: Path) -> tuple[Path, Path]:
+def crafted_pair(d: Path, libver: str = "earliest") -> tuple[Path, Path]:
     """A pair of 3 examples per client, and in the train file's client c0 a third dataset, ``hidden``, of three
     9s: a reader of :func:`second_layout`'s second message would see 10 classes, HDF5 sees 3."""
-    clean = write_pair(d, sizes=[3] * CLIENTS)
-    with h5py.File(clean[0], "r+") as f:
+    clean = write_pair(d, libver, sizes=[3] * CLIENTS)
+    with h5py.File(clean[0], "r+", libver=libver) as f:
         f["examples/c0/hidden"] = np.full(3, 9)
     return clean
 
 
 def crafted_cases(d: Path) -> list[dict]:
     folder = d / "crafted"
-    folder.mkdir()
-    clean = crafted_pair(folder)
+    (folder / "latest").mkdir(parents=True)
+    clean, latest = crafted_pair(folder), crafted_pair(folder / "latest", "latest")
     return [_case(d, clean, "second layout", 0, second_layout(clean[0])),
+            _case(d, latest, "second layout (latest)", 0, second_layout(latest[0])),
             _case(d, clean, "self-pointing B-tree of examples", 0, self_pointing_btree(clean[0])),
             _case(d, clean, "self-pointing B-tree of a client", 0, self_pointing_btree(clean[0], "examples/c2")),
             _case(d, clean, "maximum dimension under the dimension", 0, small_maxdims(clean[0]))]
@@ -260,7 +278,7 @@ def test_damaged_files_are_refused_in_one_line_or_read_as_h5py_reads_them(tmp_pa
                 if judge(case, fed, ref) is not None]
     assert not failures, failures
     refused = {case["name"] for case, (fed, _) in zip(cases, results, strict=True) if "refused" in fed}
-    crafted = {case["name"] for case in cases[-4:]}
+    crafted = {case["name"] for case in cases[-5:]}
     assert {"self-pointing B-tree of examples", "self-pointing B-tree of a client"} <= refused
     assert len(refused - crafted) > 100 and len({c["name"] for c in cases} - refused) > 50, len(refused)
     # refused when a client is first loaded, not at start-up: only raw data start-up does not read (a chunked
@@ -335,11 +353,12 @@ def test_an_index_that_does_not_hold_is_one_line_when_its_client_is_read(tmp_pat
     assert len(lines) == 1 and "expected the file unchanged since it was indexed" in lines[0], lines
 
 
-def test_a_second_layout_message_is_read_as_hdf5_reads_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_a_second_layout_message_is_read_as_hdf5_reads_it(tmp_path, monkeypatch, libver):
     """In this process (HDF5 does not crash on it): the first of two data layout messages is the labels', as
-    HDF5 reads it: 3 classes, every client from its headers (the reader of the last saw 10 classes, exit 0)."""
+    HDF5 reads it: 3 classes (the reader of the last saw 10 classes, exit 0)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    train, test = crafted_pair(tmp_path)
+    train, test = crafted_pair(tmp_path, libver)
     train.write_bytes(second_layout(train))
     with h5py.File(train, "r") as f:
         assert f["examples/c0/label"][()].max() < 3
