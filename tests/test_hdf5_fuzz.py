@@ -1,4 +1,4 @@
-"""Differential fuzzing of ``data.name=federated_h5``'s start-up against h5py (fedrun/data/hdf5_headers.py, its
+"""Differential fuzzing of ``data.name=federated_h5``'s start-up against h5py (fedrun/hdf5/headers.py, its
 index, fedrun/data/federated_h5.py): seeded random byte flips and truncations of small pairs of each layout
 (h5py's default and ``libver="latest"``; contiguous, chunked, gzip), and crafted damage (a second data layout
 message, a B-tree node pointing at itself, maximum dimensions under the dimensions). Each case is either refused
@@ -27,8 +27,8 @@ from fedrun.cli import main
 from fedrun.config import DataConfig, FederatedH5Config
 from fedrun.data import federated_h5_cache, federated_h5_index
 from fedrun.data.federated_h5 import FederatedH5
-from fedrun.data.hdf5_checksum import lookup3
-from fedrun.data.hdf5_headers import HDF5Headers
+from fedrun.hdf5.checksum import lookup3
+from fedrun.hdf5.headers import HDF5Headers
 
 CLIENTS = 5
 LAYOUTS = [(libver, storage) for libver in ("earliest", "latest") for storage in ("contiguous", "chunked", "gzip")]
@@ -289,12 +289,13 @@ def test_damaged_files_are_refused_in_one_line_or_read_as_h5py_reads_them(tmp_pa
 
 def test_a_run_on_a_file_that_crashed_hdf5_is_one_line_and_leaves_no_lock(tmp_path):
     """A real run (``python -m fedrun train``) on a train file whose B-tree node points at itself, the case that
-    made HDF5 segfault (exit 139, the run directory's ``.lock`` left): status 2, one line naming the file."""
+    made HDF5 segfault (exit 139, the run directory's ``.lock`` left): status 2, one line naming the file. No
+    ``data.num_clients``: the config's count of the file's clients does not hand HDF5 the group either."""
     train, _ = write_pair(tmp_path)
     train.write_bytes(self_pointing_btree(train))
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "fedrun", "train", "--quiet", f"run.dir={run_dir}",
-                           "data.name=federated_h5", f"data.num_clients={CLIENTS}", "model.name=logistic",
+                           "data.name=federated_h5", "model.name=logistic",
                            "run.rounds=1", f"data.federated_h5.train={train}",
                            f"data.federated_h5.test={tmp_path / 'test.h5'}"], capture_output=True, text=True,
                           env=child_env() | {"XDG_CACHE_HOME": str(tmp_path / "cache")}, cwd=REPO, timeout=120)

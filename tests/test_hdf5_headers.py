@@ -1,4 +1,4 @@
-"""HDF5 headers read from the file's bytes (fedrun/data/hdf5_headers.py) give ``data.name=federated_h5``'s index
+"""HDF5 headers read from the file's bytes (fedrun/hdf5/headers.py) give ``data.name=federated_h5``'s index
 exactly what HDF5's own calls give (fedrun/data/federated_h5_index.py), for files h5py writes with its default
 settings (TensorFlow Federated's) and with ``libver="latest"``, and a client whose datasets the reader does not
 understand goes through HDF5; a damaged file is never read out of bounds nor a traceback."""
@@ -16,9 +16,9 @@ from test_scale_data import tff_pair
 
 from fedrun.cli import main
 from fedrun.data import federated_h5_cache, federated_h5_index
-from fedrun.data.hdf5_headers import HDF5Headers
-from fedrun.data.hdf5_templates import HDF5Templates
 from fedrun.errors import DataError, NotUnderstood
+from fedrun.hdf5.headers import HDF5Headers
+from fedrun.hdf5.templates import HDF5Templates
 
 REFUSED = (NotUnderstood, DataError)  # asks HDF5; damage found (one line naming the file)
 

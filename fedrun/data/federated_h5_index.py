@@ -17,8 +17,8 @@ shapes, a scalar feature and a soft-link loop were tracebacks, a dataset declari
   lists): through HDF5 (:func:`_by_hdf5`: h5py's low-level calls, each client's two datasets opened by path)
   indexing cost 0.39 ms of CPU per client and file, 248 s for the two files of 342,477 clients, when the target
   is a 30 s start. So a client's group and datasets are read from the file's bytes instead
-  (fedrun/data/hdf5_headers.py), and since h5py writes every client alike, one client's parse is applied to a
-  block of :data:`_BLOCK` clients at once with numpy (fedrun/data/hdf5_templates.py, :func:`_templated`), the
+  (fedrun/hdf5/headers.py), and since h5py writes every client alike, one client's parse is applied to a
+  block of :data:`_BLOCK` clients at once with numpy (fedrun/hdf5/templates.py, :func:`_templated`), the
   labels gathered from the mapped file in one go: about 6 us of CPU per client and file. The clients are listed
   once (:func:`client_links`: the ``examples`` group's links with their objects' addresses, which also give the
   sorted ids). A client that no template matches is parsed alone (:func:`_from_headers`); a client whose headers
@@ -45,10 +45,10 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from fedrun.data.hdf5_headers import DatasetHeader
-from fedrun.data.hdf5_templates import HDF5Templates, Template
 from fedrun.data.validate import MAX_CLASSES
 from fedrun.errors import DataError, NotUnderstood
+from fedrun.hdf5.headers import DatasetHeader
+from fedrun.hdf5.templates import HDF5Templates, Template
 
 MAX_READ_BYTES = 1 << 31  # one dataset, one chunk, or one read of examples as float32 (2 GiB)
 
@@ -220,7 +220,7 @@ def _by_hdf5_checked(examples: h5py.h5g.GroupID, path: str, cid: str, feature: s
 @dataclass
 class ClientLinks:
     """The ``examples`` group of a file, enumerated once: each client id's group, as the address of its object
-    header (None: not a hard link), and the file's headers (fedrun/data/hdf5_headers.py) to read them."""
+    header (None: not a hard link), and the file's headers (fedrun/hdf5/headers.py) to read them."""
 
     headers: HDF5Templates
     groups: dict[str, int | None]
@@ -232,7 +232,7 @@ class ClientLinks:
 def client_links(f: h5py.File) -> ClientLinks | None:
     """The clients of file ``f`` read from its bytes (a symbol-table or compact group) or, for a group in dense
     storage (a fractal heap, as ``libver="latest"`` keeps more than 8 links), HDF5's one iteration over its
-    links; None when the file is not one :class:`~fedrun.data.hdf5_headers.HDF5Headers` understands."""
+    links; None when the file is not one :class:`~fedrun.hdf5.headers.HDF5Headers` understands."""
     try:
         headers = HDF5Templates(f.filename)
     except NotUnderstood:
@@ -309,7 +309,7 @@ _TEMPLATES = 4  # templates tried per block and step before the clients left are
 
 def _by_templates(build: Callable[[int], Template], apply: Callable[..., tuple[np.ndarray, ...]],
                   addresses: np.ndarray, rows: np.ndarray) -> Iterator[tuple[Template, np.ndarray, list[np.ndarray]]]:
-    """Apply templates (fedrun/data/hdf5_templates.py) to the objects at ``addresses[rows]``, each built from the
+    """Apply templates (fedrun/hdf5/templates.py) to the objects at ``addresses[rows]``, each built from the
     first object no template matched yet: yields (template, rows matched, ``apply``'s values for them)."""
     for _ in range(_TEMPLATES):
         if not len(rows):

@@ -11,7 +11,7 @@ version 2 "OHDR"/"OCHK" object headers, a group's links as link messages):
 * the superblock (8-byte offsets and lengths only), the root group's object header;
 * object headers, version 1 and 2, with their continuation chunks (message 0x0010);
 * a group's hard links: a symbol table (0x0011, walked through its B-tree) or link messages (0x0006) with the
-  link info message (0x0002), in fedrun/data/hdf5_groups.py. A group whose links are in "dense" storage (a
+  link info message (0x0002), in fedrun/hdf5/groups.py. A group whose links are in "dense" storage (a
   fractal heap) is not parsed: the caller asks HDF5 for that group's links;
 * a dataset's dataspace (0x0001), datatype (0x0003: fixed-point and floating-point classes), data layout
   (0x0008 versions 3 and 4: compact, or contiguous with the data's address and size).
@@ -35,9 +35,9 @@ structure is pointed at, more entries than a node holds, names out of order or d
 its heap. A damaged file is thus never read out of bounds and never raises anything else.
 Version 2 headers carry a checksum (Bob Jenkins' lookup3, as ``H5_checksum_lookup3``); HDF5 refuses a header
 whose checksum does not match, so must a reader of the same bytes: the spans parsed are collected in
-:attr:`HDF5Headers.spans` and checked many at a time with numpy (fedrun/data/hdf5_checksum.py), since the hash in
+:attr:`HDF5Headers.spans` and checked many at a time with numpy (fedrun/hdf5/checksum.py), since the hash in
 plain Python costs more than the parse. Each parse also records which bytes it read as values, so that
-fedrun/data/hdf5_templates.py can apply it to many objects at once.
+fedrun/hdf5/templates.py can apply it to many objects at once.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrun.data.hdf5_checksum import checksums_match
 from fedrun.errors import DataError, NotUnderstood
+from fedrun.hdf5.checksum import checksums_match
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 UNDEFINED = (1 << 64) - 1
@@ -83,7 +83,7 @@ class DatasetHeader:
 
 class Record:
     """One stretch of bytes of a parse (``length`` bytes at file offset ``start``), as a step of a template
-    (fedrun/data/hdf5_templates.py): the bytes ``free`` may differ from object to object (values read, times, the
+    (fedrun/hdf5/templates.py): the bytes ``free`` may differ from object to object (values read, times, the
     checksum); ``fields`` are the offsets of the 8-byte values read (an address, a size, a dimension), numbered in
     order across a template's records; ``extent`` (at least ``length``): the bytes HDF5 reads there, which must
     lie inside the file (a B-tree node's or symbol table node's unused entries)."""

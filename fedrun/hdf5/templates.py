@@ -1,9 +1,9 @@
 """One parse of an HDF5 object applied to many objects at once with numpy: a :class:`Template`.
 
-Why: parsing each of 342,477 clients' three headers in Python (fedrun/data/hdf5_headers.py) costs about 0.1 ms per
+Why: parsing each of 342,477 clients' three headers in Python (fedrun/hdf5/headers.py) costs about 0.1 ms per
 client, a minute for two files. But h5py writes every client's group and datasets alike: the same bytes but for a
 few values (the number of examples, the data's address, the links' addresses, checksums). So one client is parsed
-in full, recording which bytes it read as values (:class:`~fedrun.data.hdf5_headers.Record` fields) and which may
+in full, recording which bytes it read as values (:class:`~fedrun.hdf5.headers.Record` fields) and which may
 differ without changing the parse (times, checksums); then the bytes of a block of other clients' objects are
 gathered into one [clients, bytes] array and compared with the template's (``(rows == fixed) | free``): a row that
 matches parses exactly as the template did, with its own values, which are then checked with numpy (every address
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrun.data.hdf5_checksum import checksums_match
-from fedrun.data.hdf5_groups import HDF5Groups
-from fedrun.data.hdf5_headers import UNDEFINED, DatasetHeader, Record, _first
 from fedrun.errors import DataError, NotUnderstood
+from fedrun.hdf5.checksum import checksums_match
+from fedrun.hdf5.groups import HDF5Groups
+from fedrun.hdf5.headers import UNDEFINED, DatasetHeader, Record, _first
 
 _U16, _U64 = struct.Struct("<H"), struct.Struct("<Q")
 MAX_RECORD_BYTES = 4096  # a template's records (headers, a group's heap): a block's bytes held at once stay small
@@ -47,7 +47,7 @@ class Template:
 
 
 class HDF5Templates(HDF5Groups):
-    """:class:`~fedrun.data.hdf5_groups.HDF5Groups` that also apply a parse to many objects at once."""
+    """:class:`~fedrun.hdf5.groups.HDF5Groups` that also apply a parse to many objects at once."""
 
     def dataset_template(self, address: int) -> Template:
         """The dataset at ``address`` as a :class:`Template` (fields: its dimensions, then for contiguous storage

@@ -1,4 +1,4 @@
-"""What a group links to, read from an HDF5 file's bytes: the groups part of fedrun/data/hdf5_headers.py's reader.
+"""What a group links to, read from an HDF5 file's bytes: the groups part of fedrun/hdf5/headers.py's reader.
 
 A group's hard links are either link messages (0x0006) after a link info message (0x0002; ``libver="latest"``)
 or a symbol table (0x0011: a version 1 B-tree of "SNOD" nodes and a local "HEAP" of names; h5py's default, as
@@ -10,7 +10,7 @@ A symbol table is only taken when HDF5's lookups find every name it lists: ``H5B
 are binary searches, so each B-tree node's keys must be in order, each name inside its node's keys
 (``key[i] < name <= key[i + 1]``), each node's names in order; the local heap's free list is checked as
 ``H5HL__fl_deserialize`` checks it, and the entries' cache types as ``H5G__ent_decode`` does. Anything else
-is damage, one line naming the file (:meth:`~fedrun.data.hdf5_headers.HDF5Headers.damaged`): a loop of nodes, a
+is damage, one line naming the file (:meth:`~fedrun.hdf5.headers.HDF5Headers.damaged`): a loop of nodes, a
 node past the end of the file or of more entries than it holds, names out of order or twice, a name that is not
 UTF-8 text or holds "/".
 """
@@ -21,14 +21,14 @@ import struct
 
 import numpy as np
 
-from fedrun.data.hdf5_headers import _U16, _U64, UNDEFINED, HDF5Headers, _first
 from fedrun.errors import DataError, NotUnderstood
+from fedrun.hdf5.headers import _U16, _U64, UNDEFINED, HDF5Headers, _first
 
 _ENTRY = struct.Struct("<QQI")  # symbol table entry: name's offset in the heap, object header address, cache type
 
 
 class HDF5Groups(HDF5Headers):
-    """:class:`~fedrun.data.hdf5_headers.HDF5Headers` that also read a group's links."""
+    """:class:`~fedrun.hdf5.headers.HDF5Headers` that also read a group's links."""
 
     def links(self, address: int) -> dict[str, int | None] | None:
         """The links of the group whose object header is at ``address``: name -> the linked object's header
