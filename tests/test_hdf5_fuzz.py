@@ -382,3 +382,20 @@ def test_maximum_dimensions_under_the_dimensions_are_one_line(tmp_path, monkeypa
     assert _train(tmp_path, "run") == 2
     lines = _train.err.strip().splitlines()
     assert len(lines) == 1 and str(train) in lines[0] and "Traceback" not in _train.err, _train.err
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_a_client_name_not_in_utf8_is_one_line(tmp_path, monkeypatch, libver):
+    """A client group named by bytes that are not UTF-8 (h5py lists it as bytes; sorting it with the other,
+    text, names was a TypeError traceback), among 10 clients (libver latest: dense storage, listed by HDF5)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    write_pair(tmp_path, libver, clients=10)
+    with h5py.File(tmp_path / "train.h5", "a", libver=libver) as f:
+        f.create_group(b"examples/c\xff")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["train", "--quiet", f"run.dir={tmp_path / 'run'}", "data.name=federated_h5", "model.name=logistic",
+                     f"data.federated_h5.train={tmp_path / 'train.h5'}",
+                     f"data.federated_h5.test={tmp_path / 'test.h5'}"])
+    lines = err.getvalue().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and str(tmp_path / "train.h5") in lines[0] and "UTF-8" in lines[0], lines

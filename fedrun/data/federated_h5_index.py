@@ -243,12 +243,13 @@ def client_links(f: h5py.File) -> ClientLinks | None:
             raise NotUnderstood("examples is not a hard link")
         groups = headers.links(link.u)
         if groups is None:
-            group, groups = f["examples"].id, {}
+            listed: dict[bytes, int | None] = {}
 
-            def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
-                groups[name.decode("utf-8")] = info.u if info.type == h5py.h5l.TYPE_HARD else None
+            def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:  # raising in here is h5py's SystemError
+                listed[name] = info.u if info.type == h5py.h5l.TYPE_HARD else None
 
-            group.links.iterate(visit, info=True)
+            f["examples"].id.links.iterate(visit, info=True)
+            groups = {name.decode("utf-8"): address for name, address in listed.items()}
         return ClientLinks(headers, groups)
     except DataError:  # damage the headers found: not handed to HDF5
         headers.close()
