@@ -254,6 +254,40 @@ def small_maxdims(train: Path) -> bytes:
     return bytes(data)
 
 
+def one_more_message(train: Path) -> bytes:
+    """Client c1's label header (version 1) says it holds one message more than it does."""
+    data = bytearray(train.read_bytes())
+    header = _address(train, "examples/c1/label")
+    data[header + 2:header + 4] = struct.pack("<H", struct.unpack_from("<H", data, header + 2)[0] + 1)
+    return bytes(data)
+
+
+def cache_type(train: Path) -> bytes:
+    """The first entry of the ``examples`` group's symbol table node: cache type 3 (HDF5 knows 0 to 2)."""
+    data = bytearray(train.read_bytes())
+    btree, _ = _symbol_table(train, "examples")
+    snod = struct.unpack_from("<Q", data, btree + 32)[0]
+    data[snod + 8 + 16:snod + 8 + 20] = struct.pack("<I", 3)
+    return bytes(data)
+
+
+def heap_free_list(train: Path) -> bytes:
+    """Client c3's local heap (its members' names): the free list starting past the heap's data."""
+    data = bytearray(train.read_bytes())
+    _, heap = _symbol_table(train, "examples/c3")
+    size = struct.unpack_from("<Q", data, heap + 8)[0]
+    data[heap + 16:heap + 24] = struct.pack("<Q", size + 8)
+    return bytes(data)
+
+
+def early_end(train: Path) -> bytes:
+    """The superblock's end-of-file address 64 bytes before the file's end: the last bytes are past it."""
+    data = bytearray(train.read_bytes())
+    assert data[8] == 0  # superblock version 0: the end of file address after base and free-space addresses
+    data[24 + 16:24 + 24] = struct.pack("<Q", len(data) - 64)
+    return bytes(data)
+
+
 def crafted_pair(d: Path, libver: str = "earliest") -> tuple[Path, Path]:
     """A pair of 3 examples per client, and in the train file's client c0 a third dataset, ``hidden``, of three
     9s: a reader of :func:`second_layout`'s second message would see 10 classes, HDF5 sees 3."""
@@ -271,7 +305,11 @@ def crafted_cases(d: Path) -> list[dict]:
             _case(d, latest, "second layout (latest)", 0, second_layout(latest[0])),
             _case(d, clean, "self-pointing B-tree of examples", 0, self_pointing_btree(clean[0])),
             _case(d, clean, "self-pointing B-tree of a client", 0, self_pointing_btree(clean[0], "examples/c2")),
-            _case(d, clean, "maximum dimension under the dimension", 0, small_maxdims(clean[0]))]
+            _case(d, clean, "maximum dimension under the dimension", 0, small_maxdims(clean[0])),
+            _case(d, clean, "one message more", 0, one_more_message(clean[0])),
+            _case(d, clean, "cache type 3", 0, cache_type(clean[0])),
+            _case(d, clean, "free list past the heap", 0, heap_free_list(clean[0])),
+            _case(d, clean, "end of file address early", 0, early_end(clean[0]))]
 
 
 def test_damaged_files_are_refused_in_one_line_or_read_as_h5py_reads_them(tmp_path):
@@ -283,7 +321,7 @@ def test_damaged_files_are_refused_in_one_line_or_read_as_h5py_reads_them(tmp_pa
                 if judge(case, fed, ref) is not None]
     assert not failures, failures
     refused = {case["name"] for case, (fed, _) in zip(cases, results, strict=True) if "refused" in fed}
-    crafted = {case["name"] for case in cases[-5:]}
+    crafted = {case["name"] for case in cases[-9:]}
     assert {"self-pointing B-tree of examples", "self-pointing B-tree of a client"} <= refused
     assert len(refused - crafted) > 100 and len({c["name"] for c in cases} - refused) > 50, len(refused)
     # refused when a client is first loaded, not at start-up: only raw data start-up does not read (a chunked
