@@ -248,7 +248,8 @@ def client_links(f: h5py.File) -> ClientLinks | None:
             def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:  # raising in here is h5py's SystemError
                 listed[name] = info.u if info.type == h5py.h5l.TYPE_HARD else None
 
-            f["examples"].id.links.iterate(visit, info=True)
+            group = f["examples"].id  # held: a LinkProxy does not keep the group open
+            group.links.iterate(visit, info=True)
             groups = {name.decode("utf-8"): address for name, address in listed.items()}
         return ClientLinks(headers, groups)
     except DataError:  # damage the headers found: not handed to HDF5
