@@ -49,7 +49,7 @@ class DataError(_OneLine, ValueError):
 
 
 class NotUnderstood(Exception):
-    """Bytes of an HDF5 file in a layout fedrun's own header reader (fedrun/data/hdf5_headers.py) does not fully
+    """Bytes of an HDF5 file in a layout fedrun's own header reader (fedrun/hdf5/headers.py) does not fully
     understand: not an error the user sees, the caller asks HDF5 instead, whose path gives any line."""
 
 

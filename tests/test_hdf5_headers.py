@@ -1,4 +1,4 @@
-"""HDF5 headers read from the file's bytes (fedrun/data/hdf5_headers.py) give ``data.name=federated_h5``'s index
+"""HDF5 headers read from the file's bytes (fedrun/hdf5/headers.py) give ``data.name=federated_h5``'s index
 exactly what HDF5's own calls give (fedrun/data/federated_h5_index.py), for files h5py writes with its default
 settings (TensorFlow Federated's) and with ``libver="latest"``, and a client whose datasets the reader does not
 understand goes through HDF5; a damaged file is never read out of bounds nor a traceback."""
@@ -15,10 +15,12 @@ from test_federated_h5_checks import h5_settings
 from test_scale_data import tff_pair
 
 from fedrun.cli import main
-from fedrun.data import federated_h5_index
-from fedrun.data.hdf5_headers import HDF5Headers
-from fedrun.data.hdf5_templates import HDF5Templates
-from fedrun.errors import NotUnderstood
+from fedrun.data import federated_h5_cache, federated_h5_index
+from fedrun.errors import DataError, NotUnderstood
+from fedrun.hdf5.headers import HDF5Headers
+from fedrun.hdf5.templates import HDF5Templates
+
+REFUSED = (NotUnderstood, DataError)  # asks HDF5; damage found (one line naming the file)
 
 MEMBERS = federated_h5_index.Members("pixels", "label")
 
@@ -149,7 +151,7 @@ def test_a_run_reads_every_client_from_its_headers(tmp_path, monkeypatch, libver
     real, one_by_one = federated_h5_index.index_clients, federated_h5_index._from_headers
     monkeypatch.setattr(federated_h5_index, "_from_headers", lambda links, cids, *a: alone.extend(cids)
                         or one_by_one(links, cids, *a))
-    monkeypatch.setattr(federated_h5_index, "index_clients", lambda *a, **k: indexes.append(real(*a, **k))
+    monkeypatch.setattr(federated_h5_cache, "index_clients", lambda *a, **k: indexes.append(real(*a, **k))
                         or indexes[-1])
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["train", "--quiet", f"run.dir={tmp_path / 'run'}", *h5_settings(tmp_path)]) == 0
@@ -164,25 +166,26 @@ def _flipped(data: bytes, at: int, bit: int) -> bytes:
 
 def _read_everything(headers: HDF5Templates, groups: np.ndarray) -> int:
     """Parse the file's groups and datasets one by one and by templates (the clean file's client groups at
-    ``groups``): how many datasets were read. Anything but :class:`NotUnderstood` fails the test."""
+    ``groups``): how many datasets were read. Anything but :class:`NotUnderstood` or :class:`DataError` fails the
+    test."""
     read = 0
-    with contextlib.suppress(NotUnderstood):
+    with contextlib.suppress(*REFUSED):
         root = headers.links(headers.root)
         examples = headers.links(root["examples"]) if root and root.get("examples") is not None else None
         for address in (examples or {}).values():
             members = headers.links(address) if address is not None else None
             for member in (members or {}).values():
-                with contextlib.suppress(NotUnderstood):
+                with contextlib.suppress(*REFUSED):
                     dataset = headers.dataset(member)
                     assert headers.read(dataset).nbytes == dataset.nbytes  # in bounds: all of it
                     read += 1
     headers.verify()
-    with contextlib.suppress(NotUnderstood):
+    with contextlib.suppress(*REFUSED):
         template = headers.group_template(int(groups[0]), ("pixels", "label"))
         ok, fields = headers.match(template, groups)
         for output in template.outputs:
             addresses = fields[ok, output]
-            with contextlib.suppress(NotUnderstood):
+            with contextlib.suppress(*REFUSED):
                 dataset = headers.dataset_template(int(addresses[0])) if len(addresses) else None
                 if dataset is not None:
                     good, shapes, data = headers.datasets(dataset, addresses)
@@ -195,7 +198,8 @@ def _read_everything(headers: HDF5Templates, groups: np.ndarray) -> int:
 @pytest.mark.parametrize("libver", ["earliest", "latest"])
 def test_damaged_headers_are_not_understood_or_read_in_bounds(tmp_path, libver):
     """130 truncations and 150 single-bit flips of a small file: the reader, one object at a time
-    and by templates, either reads it (in bounds) or says :class:`NotUnderstood`, never another exception."""
+    and by templates, either reads it (in bounds) or says :class:`NotUnderstood` or :class:`DataError`, never
+    another exception."""
     path = tmp_path / "clean.h5"
     write_variants(path, libver, 6)
     with h5py.File(path, "r") as f:
@@ -210,7 +214,7 @@ def test_damaged_headers_are_not_understood_or_read_in_bounds(tmp_path, libver):
         damaged.write_bytes(data)
         try:
             headers = HDF5Templates(str(damaged))
-        except NotUnderstood:
+        except REFUSED:
             continue
         try:
             read += _read_everything(headers, groups)

@@ -24,7 +24,15 @@ import numpy as np
 from fedrun.config import DataConfig
 from fedrun.data.client_source import ClientSource, sample_clients
 from fedrun.data.dataset import TaskData
-from fedrun.data.federated_h5_index import Members, cached_index, check_examples, client_ids, read_bound
+from fedrun.data.federated_h5_cache import cached_index
+from fedrun.data.federated_h5_index import (
+    HDF5_ERRORS,
+    Members,
+    check_examples,
+    client_ids,
+    hdf5_errors,
+    read_bound,
+)
 from fedrun.errors import DataError
 
 POOL_STREAM = 0x46483554  # "FH5T": the clients whose test examples form the pooled test set
@@ -36,9 +44,15 @@ def _open(path: str | None, key: str) -> h5py.File:
                         f"data.federated_h5.{key}=path/to/{key}.h5")
     try:
         f = h5py.File(Path(path).expanduser(), "r")
-    except (OSError, ValueError) as exc:
+    except HDF5_ERRORS as exc:
         raise DataError(f"data.federated_h5.{key}={path}: not a readable HDF5 file ({exc})") from None
-    if not isinstance(f.get("examples"), h5py.Group):
+    try:
+        with hdf5_errors(f"{path}: the group 'examples': "):
+            examples = f.get("examples")
+    except DataError:
+        f.close()
+        raise
+    if not isinstance(examples, h5py.Group):
         f.close()
         raise DataError(f"{path}: no group 'examples'; expected TensorFlow Federated's layout "
                         "examples/<client_id>/<feature>")
@@ -76,12 +90,13 @@ class FederatedH5(ClientSource):
                 links.close()
         test = cached_index(self.test, cfg.test, self.ids, members, train.shape)
         self.num_examples, self.test_examples, self.shape = train.counts, test.counts, train.shape
+        self.classes = max(train.top, test.top) + 1
         x_probe, y_probe = self.load(np.zeros(1, dtype=np.int64))
         pool = sample_clients(len(self.ids), cfg.test_clients, seed, POOL_STREAM)
         read_bound(self.test_examples[pool], self.shape, cfg.test, "the pooled test set (data.federated_h5."
                    f"test_clients={cfg.test_clients} clients)")
         x_test, y_test = self.load_test(pool)
-        self.task = TaskData("federated_h5", x_probe, y_probe, x_test, y_test, max(train.top, test.top) + 1)
+        self.task = TaskData("federated_h5", x_probe, y_probe, x_test, y_test, self.classes)
 
     def close(self) -> None:
         """Close the files (a bad file's run closes them before it stops)."""
@@ -89,27 +104,34 @@ class FederatedH5(ClientSource):
             if f is not None:
                 f.close()
 
-    def _read(self, f: h5py.File, path: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The examples of clients ``ids`` (indexed and bounded at start-up), inputs checked finite."""
+    def _read(self, f: h5py.File, path: str, ids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The examples of clients ``ids`` (indexed and bounded at start-up), inputs checked finite, and what HDF5
+        reads checked against the index (``counts``: examples per client; the example shape; the classes): an
+        index that does not hold for the file as read now (changed since, or read otherwise) is one line, never
+        data of another shape or a label past the classes."""
         xs, ys = [np.zeros((0, *self.shape), dtype=np.float32)], [np.zeros(0, dtype=np.int64)]
         for i in ids:
             cid = self.ids[int(i)]
-            group = f["examples"][cid]
-            try:  # a float64 beyond float32's range becomes inf, refused by check_examples
-                with np.errstate(over="ignore"):
+            with hdf5_errors(f"{path}: client {cid!r}: its examples: "):
+                group = f["examples"][cid]
+                with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf, refused below
                     x = np.asarray(group[self.cfg.feature][()], dtype=np.float32)
-                y = np.asarray(group[self.cfg.label][()], dtype=np.int64).reshape(-1)
-            except (OSError, RuntimeError, ValueError) as exc:
-                raise DataError(f"{path}: client {cid!r}: cannot read its examples ({exc}); expected readable "
-                                "datasets") from None
+                y = np.asarray(group[self.cfg.label][()], dtype=np.int64)
+            n = int(counts[int(i)])
+            in_range = ((y >= 0) & (y < self.classes)).all()
+            if x.shape != (n, *self.shape) or y.shape not in ((n,), (n, 1)) or not in_range:
+                raise DataError(f"{path}: client {cid!r}: read {list(x.shape)} examples and {list(y.shape)} labels "
+                                f"in [{y.min(initial=0)}, {y.max(initial=0)}]; the file's index says [{n}, "
+                                f"{', '.join(map(str, self.shape))}] and labels in [0, {self.classes}); expected the "
+                                "file unchanged since it was indexed")
             check_examples(x, path, cid, self.cfg.feature)
             xs.append(x)
-            ys.append(y)
+            ys.append(y.reshape(-1))
         x = np.concatenate(xs)
         return (x[:, None] if x.ndim == 3 else x), np.concatenate(ys)
 
     def load(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._read(self.train, self.cfg.train, ids)
+        return self._read(self.train, self.cfg.train, ids, self.num_examples)
 
     def load_test(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._read(self.test, self.cfg.test, ids)
+        return self._read(self.test, self.cfg.test, ids, self.test_examples)

@@ -17,8 +17,8 @@ shapes, a scalar feature and a soft-link loop were tracebacks, a dataset declari
   lists): through HDF5 (:func:`_by_hdf5`: h5py's low-level calls, each client's two datasets opened by path)
   indexing cost 0.39 ms of CPU per client and file, 248 s for the two files of 342,477 clients, when the target
   is a 30 s start. So a client's group and datasets are read from the file's bytes instead
-  (fedrun/data/hdf5_headers.py), and since h5py writes every client alike, one client's parse is applied to a
-  block of :data:`_BLOCK` clients at once with numpy (fedrun/data/hdf5_templates.py, :func:`_templated`), the
+  (fedrun/hdf5/headers.py), and since h5py writes every client alike, one client's parse is applied to a
+  block of :data:`_BLOCK` clients at once with numpy (fedrun/hdf5/templates.py, :func:`_templated`), the
   labels gathered from the mapped file in one go: about 6 us of CPU per client and file. The clients are listed
   once (:func:`client_links`: the ``examples`` group's links with their objects' addresses, which also give the
   sorted ids). A client that no template matches is parsed alone (:func:`_from_headers`); a client whose headers
@@ -26,10 +26,8 @@ shapes, a scalar feature and a soft-link loop were tracebacks, a dataset declari
   other types, uint64 labels, a checksum that does not match, anything odd) or that fails a check goes through HDF5
   (:func:`_by_hdf5`), which gives the line: the headers never refuse a file themselves, so every message is
   HDF5's path's. :attr:`ClientIndex.through_hdf5` counts those clients.
-* :func:`cached_index` keeps what :func:`index_clients` learnt of a file (counts, shape, largest label) in
-  fedrun's cache directory (``$XDG_CACHE_HOME/fedrun``, else ``~/.cache/fedrun``), keyed by the file's real
-  path, size, modification time and inode and the feature and label names: a file is indexed once, and a
-  changed file again (the cold start at 342,477 clients is measured in bench/federated_h5_index.py).
+* fedrun/data/federated_h5_cache.py keeps what :func:`index_clients` learnt of a file in fedrun's cache directory
+  (the cold start at 342,477 clients is measured in bench/federated_h5_index.py).
 * :func:`check_examples` checks examples as they are read (a client for training or evaluation, the pooled
   test set): finite float32 inputs. The bound holds for every read, so memory stays bounded whatever the
   file declares: HDF5 never decompresses more than a dataset's declared shape (a chunk's, for one chunk).
@@ -39,24 +37,20 @@ Each failure is one :class:`~fedrun.errors.DataError` naming the file, the clien
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import h5py
 import numpy as np
 
-from fedrun.data.hdf5_headers import DatasetHeader
-from fedrun.data.hdf5_templates import HDF5Templates, Template
 from fedrun.data.validate import MAX_CLASSES
 from fedrun.errors import DataError, NotUnderstood
+from fedrun.hdf5.headers import DatasetHeader
+from fedrun.hdf5.templates import HDF5Templates, Template
 
 MAX_READ_BYTES = 1 << 31  # one dataset, one chunk, or one read of examples as float32 (2 GiB)
-INDEX_VERSION = 1  # of the cached index's content: a change of what is checked bumps it
 
 
 @dataclass(frozen=True)
@@ -80,6 +74,23 @@ class ClientIndex:
 
 def _where(path: str, cid: str, name: str | None = None) -> str:
     return f"{path}: client {cid!r}: " + (f"examples/{cid}/{name}: " if name else "")
+
+
+# what h5py raises for an HDF5 error (a damaged or odd file): HDF5's own error stack, as one of these
+HDF5_ERRORS = (KeyError, OSError, RuntimeError, ValueError, TypeError)
+
+
+@contextmanager
+def hdf5_errors(where: str) -> Iterator[None]:
+    """Any error h5py raises inside, for a file HDF5 cannot read, as one :class:`DataError` line (``where``: the
+    file and what was being read, ending in ": "); a :class:`DataError` passes as it is."""
+    try:
+        yield
+    except DataError:
+        raise
+    except HDF5_ERRORS as exc:
+        raise DataError(f"{where}HDF5 cannot read it ({type(exc).__name__}: {exc}); expected an undamaged HDF5 "
+                        "file") from None
 
 
 def _open_dataset(group: h5py.h5g.GroupID, path: str, cid: str, name: str, key: str) -> h5py.h5d.DatasetID:
@@ -173,6 +184,13 @@ def _by_hdf5(examples: h5py.h5g.GroupID, path: str, cid: str, feature: str, labe
              shape: tuple[int, ...] | None) -> tuple[tuple[int, ...], np.ndarray]:
     """Client ``cid`` checked through HDF5's calls (module docstring): its feature's shape and its labels as int64;
     ``shape``: the per-example shape it must have (None: its own)."""
+    with hdf5_errors(_where(path, cid)):
+        return _by_hdf5_checked(examples, path, cid, feature, label, shape)
+
+
+def _by_hdf5_checked(examples: h5py.h5g.GroupID, path: str, cid: str, feature: str, label: str,
+                     shape: tuple[int, ...] | None) -> tuple[tuple[int, ...], np.ndarray]:
+    """:func:`_by_hdf5` outside its guard."""
     x, y = _open_client(examples, path, cid, feature, label)
     x_shape, y_shape = x.shape, y.shape
     x_type, y_type = x.get_type(), y.get_type()
@@ -202,7 +220,7 @@ def _by_hdf5(examples: h5py.h5g.GroupID, path: str, cid: str, feature: str, labe
 @dataclass
 class ClientLinks:
     """The ``examples`` group of a file, enumerated once: each client id's group, as the address of its object
-    header (None: not a hard link), and the file's headers (fedrun/data/hdf5_headers.py) to read them."""
+    header (None: not a hard link), and the file's headers (fedrun/hdf5/headers.py) to read them."""
 
     headers: HDF5Templates
     groups: dict[str, int | None]
@@ -214,31 +232,47 @@ class ClientLinks:
 def client_links(f: h5py.File) -> ClientLinks | None:
     """The clients of file ``f`` read from its bytes (a symbol-table or compact group) or, for a group in dense
     storage (a fractal heap, as ``libver="latest"`` keeps more than 8 links), HDF5's one iteration over its
-    links; None when the file is not one :class:`~fedrun.data.hdf5_headers.HDF5Headers` understands."""
+    links; None when the file is not one :class:`~fedrun.hdf5.headers.HDF5Headers` understands."""
     try:
         headers = HDF5Templates(f.filename)
     except NotUnderstood:
         return None
     try:
-        group = f["examples"].id
-        groups = headers.links(h5py.h5o.get_info(group).addr)
+        link = f.id.links.get_info(b"examples")  # the root's link alone: HDF5's object info of the group walks it
+        if link.type != h5py.h5l.TYPE_HARD:
+            raise NotUnderstood("examples is not a hard link")
+        groups = headers.links(link.u)
         if groups is None:
-            groups = {}
+            listed: dict[bytes, int | None] = {}
 
-            def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
-                groups[name.decode("utf-8")] = info.u if info.type == h5py.h5l.TYPE_HARD else None
+            def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:  # raising in here is h5py's SystemError
+                listed[name] = info.u if info.type == h5py.h5l.TYPE_HARD else None
 
+            group = f["examples"].id  # held: a LinkProxy does not keep the group open
             group.links.iterate(visit, info=True)
+            groups = {name.decode("utf-8"): address for name, address in listed.items()}
         return ClientLinks(headers, groups)
-    except (NotUnderstood, KeyError, OSError, RuntimeError, ValueError):  # UnicodeDecodeError is a ValueError
+    except DataError:  # damage the headers found: not handed to HDF5
+        headers.close()
+        raise
+    except (NotUnderstood, *HDF5_ERRORS):  # UnicodeDecodeError is a ValueError
         headers.close()
         return None
 
 
 def client_ids(f: h5py.File) -> tuple[list[str], ClientLinks | None]:
-    """The sorted client ids of file ``f`` and, when understood, its :class:`ClientLinks` (the caller closes)."""
+    """The sorted client ids of file ``f`` and, when understood, its :class:`ClientLinks` (the caller closes);
+    else HDF5's listing, whose names must be text, each once (h5py gives a name that is not UTF-8 as bytes)."""
     links = client_links(f)
-    return sorted(links.groups if links is not None else f["examples"].keys()), links
+    if links is not None:
+        return sorted(links.groups), links
+    with hdf5_errors(f"{f.filename}: the client groups in examples/: "):
+        names = list(f["examples"].keys())
+    odd = next((name for name in names if not isinstance(name, str)), None)
+    if odd is not None or len(set(names)) != len(names):
+        what = f"a client name {odd!r} not in UTF-8" if odd is not None else "a client name listed twice"
+        raise DataError(f"{f.filename}: {what} in examples/; expected each client's group once, named in text")
+    return sorted(names), None
 
 
 _BLOCK = 4096  # clients indexed at once: templates matched, checksums checked, labels gathered
@@ -277,7 +311,7 @@ _TEMPLATES = 4  # templates tried per block and step before the clients left are
 
 def _by_templates(build: Callable[[int], Template], apply: Callable[..., tuple[np.ndarray, ...]],
                   addresses: np.ndarray, rows: np.ndarray) -> Iterator[tuple[Template, np.ndarray, list[np.ndarray]]]:
-    """Apply templates (fedrun/data/hdf5_templates.py) to the objects at ``addresses[rows]``, each built from the
+    """Apply templates (fedrun/hdf5/templates.py) to the objects at ``addresses[rows]``, each built from the
     first object no template matched yet: yields (template, rows matched, ``apply``'s values for them)."""
     for _ in range(_TEMPLATES):
         if not len(rows):
@@ -397,35 +431,3 @@ def check_examples(x: np.ndarray, path: str, cid: str, feature: str) -> None:
         index = tuple(int(i) for i in np.unravel_index(int(np.argmin(finite)), x.shape))
         raise DataError(f"{_where(path, cid, feature)}element {list(index)} is {x[index]} (as float32); expected "
                         "finite numbers")
-
-
-def cache_dir() -> Path:
-    """Where fedrun keeps indexes of data files: ``$XDG_CACHE_HOME/fedrun``, else ``~/.cache/fedrun``."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedrun"
-
-
-def cached_index(f: h5py.File, path: str, ids: list[str], members: Members, shape: tuple[int, ...] | None = None,
-                 links: ClientLinks | None = None) -> ClientIndex:
-    """:func:`index_clients` of file ``f``, from the cache when this very file (same real path, size,
-    modification time, inode) was indexed before with the same names; else indexed and cached. A cache that
-    cannot be read or written is ignored (the file is indexed as if none were kept)."""
-    st = os.stat(path)
-    key = json.dumps([os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, members.feature, members.label,
-                      None if shape is None else list(shape), len(ids), INDEX_VERSION])
-    where = cache_dir() / f"h5index_{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
-    try:
-        with np.load(where, allow_pickle=False) as z:
-            if str(z["key"]) == key and len(z["counts"]) == len(ids):
-                return ClientIndex(z["counts"].astype(np.int64), tuple(int(v) for v in z["shape"]), int(z["top"]))
-    except (OSError, KeyError, ValueError):
-        pass
-    index = index_clients(f, path, ids, members, shape, links)
-    try:
-        where.parent.mkdir(parents=True, exist_ok=True)
-        temporary = where.with_name(f".{where.stem}.{os.getpid()}.npz")
-        np.savez(temporary, key=key, counts=index.counts, shape=np.array(index.shape, dtype=np.int64),
-                 top=index.top)
-        os.replace(temporary, where)
-    except OSError:
-        pass
-    return index

@@ -2,7 +2,7 @@
 of one length at once with numpy.
 
 Version 2 object headers ("OHDR", "OCHK") and superblocks 2 and 3 end with it; HDF5 refuses one whose checksum does
-not match, so a reader of the same bytes (fedrun/data/hdf5_headers.py) must check it too. In plain Python the hash
+not match, so a reader of the same bytes (fedrun/hdf5/headers.py) must check it too. In plain Python the hash
 of a 200-byte header costs more than its parse; as uint32 numpy arrays, one row per header, the cost per header is
 a few hundred nanoseconds (the 12-byte rounds run over all rows at once).
 """
@@ -28,27 +28,19 @@ def lookup3(rows: np.ndarray, length: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         for i in range(blocks):
             a, b, c = a + words[:, 3 * i], b + words[:, 3 * i + 1], c + words[:, 3 * i + 2]
-            if i < blocks - 1:  # mix
-                a = (a - c) ^ _rot(c, 4)
-                c = c + b
-                b = (b - a) ^ _rot(a, 6)
-                a = a + c
-                c = (c - b) ^ _rot(b, 8)
-                b = b + a
-                a = (a - c) ^ _rot(c, 16)
-                c = c + b
-                b = (b - a) ^ _rot(a, 19)
-                a = a + c
-                c = (c - b) ^ _rot(b, 4)
-                b = b + a
-        # final
-        c = (c ^ b) - _rot(b, 14)
-        a = (a ^ c) - _rot(c, 11)
-        b = (b ^ a) - _rot(a, 25)
-        c = (c ^ b) - _rot(b, 16)
-        a = (a ^ c) - _rot(c, 4)
-        b = (b ^ a) - _rot(a, 14)
-        c = (c ^ b) - _rot(b, 24)
+            if i < blocks - 1:  # mix: a -= c, a ^= rot(c, 4), c += b; then the same on (b, a, c), (c, b, a), ...
+                x, y, z = a, c, b
+                for k in (4, 6, 8, 16, 19, 4):
+                    x = (x - y) ^ _rot(y, k)
+                    y = y + z
+                    x, y, z = z, x, y
+                a, c, b = x, y, z
+        # final: c ^= b, c -= rot(b, 14); then the same on (a, c), (b, a), (c, b), ...
+        x, y, z = c, b, a
+        for k in (14, 11, 25, 16, 4, 14, 24):
+            x = (x ^ y) - _rot(y, k)
+            x, y, z = z, x, y
+        a, c, b = x, y, z
     return c
 
 

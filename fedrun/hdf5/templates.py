@@ -1,9 +1,9 @@
 """One parse of an HDF5 object applied to many objects at once with numpy: a :class:`Template`.
 
-Why: parsing each of 342,477 clients' three headers in Python (fedrun/data/hdf5_headers.py) costs about 0.1 ms per
+Why: parsing each of 342,477 clients' three headers in Python (fedrun/hdf5/headers.py) costs about 0.1 ms per
 client, a minute for two files. But h5py writes every client's group and datasets alike: the same bytes but for a
 few values (the number of examples, the data's address, the links' addresses, checksums). So one client is parsed
-in full, recording which bytes it read as values (:class:`~fedrun.data.hdf5_headers.Record` fields) and which may
+in full, recording which bytes it read as values (:class:`~fedrun.hdf5.headers.Record` fields) and which may
 differ without changing the parse (times, checksums); then the bytes of a block of other clients' objects are
 gathered into one [clients, bytes] array and compared with the template's (``(rows == fixed) | free``): a row that
 matches parses exactly as the template did, with its own values, which are then checked with numpy (every address
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrun.data.hdf5_checksum import checksums_match
-from fedrun.data.hdf5_headers import DatasetHeader, HDF5Headers, Record
-from fedrun.errors import NotUnderstood
+from fedrun.errors import DataError, NotUnderstood
+from fedrun.hdf5.checksum import checksums_match
+from fedrun.hdf5.groups import HDF5Groups
+from fedrun.hdf5.headers import UNDEFINED, DatasetHeader, Record, _first
 
 _U16, _U64 = struct.Struct("<H"), struct.Struct("<Q")
 MAX_RECORD_BYTES = 4096  # a template's records (headers, a group's heap): a block's bytes held at once stay small
@@ -35,27 +36,31 @@ class Template:
     """A parse done once, applied to many objects at once (:meth:`HDF5Templates.match`): an object matches when
     each record's bytes equal the template's except the free ones, so it parses the same with other values.
     ``outputs``: the numbers of the fields the caller wants (a group's members); ``dataset``: for a dataset's
-    template, its parse (dtype and rank; the shape, data address and size are fields)."""
+    template, its parse (dtype and rank; the shape, data address and size are fields), and ``limits``: whether
+    its maximum dimensions are fields too (after the dimensions)."""
 
     records: list[Record]
     fixed: list[np.ndarray]
     outputs: tuple[int, ...] = ()
     dataset: DatasetHeader | None = None
+    limits: bool = False
 
 
-class HDF5Templates(HDF5Headers):
-    """:class:`~fedrun.data.hdf5_headers.HDF5Headers` that also apply a parse to many objects at once."""
+class HDF5Templates(HDF5Groups):
+    """:class:`~fedrun.hdf5.groups.HDF5Groups` that also apply a parse to many objects at once."""
 
     def dataset_template(self, address: int) -> Template:
         """The dataset at ``address`` as a :class:`Template` (fields: its dimensions, then for contiguous storage
         the data's address and size)."""
         try:
-            dataset, record = self._dataset(address)
+            dataset, record, limits = self._dataset(address)
+        except DataError:
+            raise
         except (struct.error, IndexError, ValueError, TypeError) as exc:
             raise NotUnderstood(f"dataset at {address} ({exc})") from None
         if record is None:
             raise NotUnderstood(f"the header at {address} has continuation chunks")
-        return self._template([record], (), dataset)
+        return self._template([record], (), dataset, limits)
 
     def group_template(self, address: int, names: tuple[str, ...]) -> Template:
         """The group at ``address`` as a :class:`Template` whose outputs are the header addresses of its hard links
@@ -67,8 +72,8 @@ class HDF5Templates(HDF5Headers):
             messages, header = self._messages(address)
             if header is None:
                 raise NotUnderstood(f"the header at {address} has continuation chunks")
-            tables = [data for kind, _, data, _ in messages if kind == 0x0011]
-            if not tables:  # link messages: each link's address a field
+            table = _first(messages, 0x0011)
+            if _first(messages, 0x0002) is not None:  # link messages (the link info decides): each address a field
                 fields = {}
                 for kind, _, data, length in messages:
                     if kind == 0x0006:
@@ -77,7 +82,11 @@ class HDF5Templates(HDF5Headers):
                             fields[name] = len(header.fields)
                             header.field(at)
                 return self._template([header], tuple(fields[name] for name in names))
-            return self._table_template(header, tables[0], links, names)
+            if table is None:
+                raise NotUnderstood(f"no group at {address}")
+            return self._table_template(header, table[0], links, names)
+        except DataError:
+            raise
         except (struct.error, IndexError, ValueError) as exc:
             raise NotUnderstood(f"group at {address} ({exc})") from None
 
@@ -92,12 +101,12 @@ class HDF5Templates(HDF5Headers):
         at = self._at(btree, 24)
         if mm[at + 5] != 0 or _U16.unpack_from(mm, at + 6)[0] != 1:
             raise NotUnderstood("a group B-tree of more than one node")
-        node = Record(at, 48)
+        node = Record(at, 48, extent=24 + 16 * (2 * self.node_k) + 8)  # HDF5 reads the whole node
         node.source = 0
         node.field(at + 32)
         snod = self._at(_U64.unpack_from(mm, at + 32)[0], 8)
         count = _U16.unpack_from(mm, snod + 6)[0]
-        symbols = Record(snod, 8 + 40 * count)
+        symbols = Record(snod, 8 + 40 * count, extent=8 + 40 * (2 * self.leaf_k))
         symbols.source = 2
         for entry in range(count):
             symbols.field(snod + 8 + 40 * entry + 8)
@@ -112,11 +121,12 @@ class HDF5Templates(HDF5Headers):
         outputs = tuple(3 + targets.index(links[name]) for name in names)
         return self._template([header, node, symbols, local, data], outputs)
 
-    def _template(self, records: list[Record], outputs: tuple[int, ...],
-                  dataset: DatasetHeader | None = None) -> Template:
+    def _template(self, records: list[Record], outputs: tuple[int, ...], dataset: DatasetHeader | None = None,
+                  limits: bool = False) -> Template:
         if any(r.length > MAX_RECORD_BYTES for r in records):  # matched [clients, bytes] at once: kept small
             raise NotUnderstood(f"a record of more than {MAX_RECORD_BYTES} bytes")
-        return Template(records, [self.bytes[r.start:r.start + r.length].copy() for r in records], outputs, dataset)
+        return Template(records, [self.bytes[r.start:r.start + r.length].copy() for r in records], outputs, dataset,
+                        limits)
 
     def match(self, template: Template, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Which objects at ``addresses`` (uint64, relative to the base) parse as ``template`` does, and their fields
@@ -127,9 +137,9 @@ class HDF5Templates(HDF5Headers):
         limit = self.size - self.base
         for record, fixed in zip(template.records, template.fixed, strict=True):
             at = addresses if record.source < 0 else fields[record.source]
-            if record.length > limit:
+            if record.extent > limit:
                 return np.zeros(len(addresses), dtype=bool), np.zeros((len(addresses), 0), dtype=np.uint64)
-            ok &= at <= np.uint64(limit - record.length)
+            ok &= at <= np.uint64(limit - record.extent)
             start = np.where(ok, at, 0).astype(np.int64) + self.base
             rows = self.bytes[start[:, None] + np.arange(record.length)]
             free = np.zeros(record.length, dtype=bool)
@@ -151,12 +161,17 @@ class HDF5Templates(HDF5Headers):
         rank = len(dataset.shape)
         dims = fields[:, :rank]
         ok &= (dims < np.uint64(1 << 40)).all(axis=1)
+        if template.limits:  # maximum dimensions: each at least its dimension, or unlimited (as HDF5 checks)
+            most = fields[:, rank:2 * rank]
+            ok &= ((most == np.uint64(UNDEFINED)) | (most >= dims)).all(axis=1)
+            fields = np.concatenate([fields[:, :rank], fields[:, 2 * rank:]], axis=1)
         shapes = np.where(ok[:, None], dims, 0).astype(np.int64)
         nbytes = dataset.dtype.itemsize * np.prod(shapes.astype(np.float64), axis=1)  # exact where it matters
         if fields.shape[1] > rank:  # contiguous: address, size
             where, size = fields[:, rank], fields[:, rank + 1]
             limit = np.uint64(self.size - self.base)
             ok &= (where <= limit) & (size <= limit - np.minimum(where, limit)) & (size.astype(np.float64) == nbytes)
+            ok &= size > 0  # HDF5 refuses contiguous storage of no bytes at a defined address
             data = np.where(ok, where, 0).astype(np.int64) + self.base
         else:  # compact: the data where the template's is in its header
             ok &= nbytes == dataset.nbytes
