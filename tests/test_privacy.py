@@ -82,7 +82,10 @@ def test_epsilon_of_uniform_sampling_equals_dp_accounting_without_replacement():
 
 @pytest.mark.parametrize("pattern, mode", [("cyclic", "central"), ("markov", "central"), ("p2", "local")])
 def test_epsilon_without_amplification_is_the_worst_clients_composition(pattern, mode):
-    """Cyclic and Markov participation (and every pattern in local mode): the worst client's k Gaussians."""
+    """Cyclic and Markov participation (and every pattern in local mode): the worst client's k Gaussians. In
+    local mode a client's report itself is public and its data is what is protected: replacing it moves the
+    clipped report by up to 2C, so each round is the Gaussian with multiplier sigma / 2 (issue 42: it was
+    accounted at sigma, 10.9 reported against a true 26.5)."""
     rounds = 9
     got = epsilons([f"privacy.mode={mode}", f"privacy.noise_multiplier={SIGMA}", f"participation.pattern={pattern}"],
                    rounds)
@@ -93,7 +96,8 @@ def test_epsilon_without_amplification_is_the_worst_clients_composition(pattern,
     for t in range(rounds):
         counts += part.active(t)
         acc = rdp.RdpAccountant()
-        acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(SIGMA), int(counts.max())))
+        acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(SIGMA / 2 if mode == "local" else SIGMA),
+                                            int(counts.max())))
         want.append(acc.get_epsilon(1e-5))
     assert got == pytest.approx(want, rel=1e-12)
 
@@ -210,7 +214,7 @@ def test_sigkill_then_resume_is_bit_identical_epsilon_included(tmp_path, extra):
     assert eps == sorted(eps) and eps[0] > 0
     for run in ("whole", "cut"):  # the accountant's state, read back with plain h5py
         with h5py.File(sorted((tmp_path / run).glob("ckpt_*.h5"))[-1], "r") as f:
-            assert f["privacy/q"].shape == (rounds,) and f["privacy/counts"].shape == (7,)
+            assert f["privacy/q"].shape == (rounds,) and f["privacy/counts"].shape == (7, 1)
             assert int(f["privacy/counts"][()].sum()) == sum(r["active_clients"] for r in metrics(tmp_path / run))
 
 
@@ -234,3 +238,57 @@ def test_epsilon_reaches_tensorboard_and_mlflow_as_in_metrics_jsonl(tmp_path):
     run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
     history = sorted(client.get_metric_history(run_id, "epsilon"), key=lambda m: m.step)
     assert [(m.step, m.value) for m in history] == [(r, pytest.approx(w)) for r, w in zip((1, 2, 3), want, strict=True)]
+
+
+def test_a_resume_that_recalibrates_accounts_the_sigma_each_round_used_and_stops_at_the_budget(tmp_path):
+    """cyclic, target_epsilon=5 for 10 rounds, then run.rounds=30 --resume auto (issue 42): the resume
+    calibrates a larger sigma for 30 rounds, but rounds 1-10 used the first sigma and already spent the
+    budget, so no round runs and epsilon stays the one of the 10 rounds run (today: 20 more rounds, epsilon
+    reported from the new sigma's cached vectors at the old sigma's noise)."""
+    run_dir = tmp_path / "run"
+    cfg = [*BASE, f"run.dir={run_dir}", "participation.pattern=cyclic", "privacy.mode=central",
+           "privacy.target_epsilon=5", "eval.every=0"]
+    first = fedrun.run({}, [*cfg, "run.rounds=10"])
+    eps = [r["epsilon"] for r in first.metrics]
+    assert len(eps) == 10 and 4.9 < eps[-1] <= 5 * (1 + 1e-9)
+    again = fedrun.run({}, [*cfg, "run.rounds=30"], resume="auto")
+    records = metrics(run_dir)
+    assert len(records) == 10 and again.stopped and [r["epsilon"] for r in records] == eps
+    sigma = records[0]["noise_multiplier"]
+    assert {r["noise_multiplier"] for r in records} == {sigma}
+    acc = rdp.RdpAccountant()  # every client of a 20-client cyclic run with 4 a round joined twice in 10 rounds
+    acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(sigma), 2))
+    assert eps[-1] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+
+
+def test_adaptive_clipping_counts_the_shifted_b_whose_sensitivity_is_one_half():
+    """Adding one client, within the clip or not, moves the noised sum sum_i (b_i - 1/2) + N(0, sigma_b^2) by
+    exactly +-1/2 (Andrew et al.'s shift), the sensitivity sigma_u's formula assumes; read back from
+    C_{t+1} = C_t exp(-eta_C (b_t - gamma)), b_t = that sum / m + 1/2, with the round's noise held fixed
+    (today's unshifted count moves by 1 or 0: 2.84 reported against a true 5.03)."""
+    fed = federation(load_config(None, [*BASE, "participation.pattern=p2", "privacy.mode=central",
+                                        "privacy.noise_multiplier=1.1", "privacy.adaptive_quantile=0.5"]))
+    privacy, m, t = fed.setup.privacy, 4, 3
+
+    def noised_sum(within: int, reported: int) -> float:
+        privacy._count = float(within)
+        log_ratio = math.log(privacy.next_clip(1.0, m, reported, t))
+        return m * (-log_ratio / 0.2 + 0.5 - 0.5)  # m (b_t - gamma) with gamma = 1/2: the noised shifted sum
+
+    base = noised_sum(2, 3)
+    assert noised_sum(3, 4) - base == pytest.approx(0.5, abs=1e-12)  # one more client within the clip
+    assert noised_sum(2, 4) - base == pytest.approx(-0.5, abs=1e-12)  # one more client outside it
+    sigma_u, sigma_b = privacy.update_multiplier(m), privacy.count_noise(m)
+    assert sigma_u ** -2 + (2 * sigma_b) ** -2 == pytest.approx(1.1 ** -2, rel=1e-12)
+
+
+def test_an_empty_round_under_a_fixed_pattern_with_adaptive_clipping_runs():
+    """markov with probability 0.0005: most rounds have nobody; the adaptive clip keeps C_t through them
+    (today: ZeroDivisionError)."""
+    result = fedrun.run({}, [*BASE, "run.rounds=4", "participation.pattern=markov", "participation.probability=0.0005",
+                             "privacy.mode=central", "privacy.noise_multiplier=1.1", "privacy.adaptive_quantile=0.5",
+                             "privacy.clip=0.3"], write_files=False)
+    assert len(result.metrics) == 4 and 0 in [r["active_clients"] for r in result.metrics]
+    for before, now in zip([{"clip": 0.3}, *result.metrics], result.metrics, strict=False):
+        if now["active_clients"] == 0:
+            assert now["clip"] == before["clip"]

@@ -15,12 +15,14 @@ vector) and clip C:
   STREAM_LOCAL); everything after is post-processing.
 
 Adaptive clipping (Andrew et al. 2021, ``privacy.adaptive_quantile`` gamma): each participant also
-reports b_i = 1[||u_i|| <= C_t]; rank 0 forms b_t = (sum_i b_i + N(0, sigma_b^2)) / m_t with
-sigma_b = max(m_t / 20, sigma) and sets C_{t+1} = C_t exp(-eta_C (b_t - gamma)), eta_C = 0.2 (the paper's geometric
-update and defaults; the floor sigma keeps sigma_u finite). The two noised sums together are the
-Gaussian mechanism with noise multiplier sigma
-when the update's own multiplier is sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) (the paper's Theorem 1), so
-the accountant counts sigma. The count travels in one extra small reduce and C_{t+1} in one small broadcast.
+reports b_i = 1[||u_i|| <= C_t]; rank 0 forms the shifted, noised share
+b_t = (sum_i (b_i - 1/2) + N(0, sigma_b^2)) / m_t + 1/2 with sigma_b = max(m_t / 20, sigma) and sets
+C_{t+1} = C_t exp(-eta_C (b_t - gamma)), eta_C = 0.2 (the paper's geometric update and defaults; the floor
+sigma keeps sigma_u finite). One client moves sum_i (b_i - 1/2) by 1/2 (add or remove), so the count is the
+Gaussian mechanism with multiplier 2 sigma_b, and the two noised sums together are the Gaussian mechanism
+with multiplier sigma, sigma^-2 = sigma_u^-2 + (2 sigma_b)^-2, when the update's own multiplier is
+sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) (the paper's Theorem 1): the accountant counts sigma.
+The count travels in one extra small reduce and C_{t+1} in one small broadcast.
 
 Which algorithms central DP accepts (refused at build with one line, status 2): those whose server step
 is a function of the round's sum and of server state derived only from such sums. Refused: an algorithm
@@ -111,7 +113,8 @@ class PrivacyState:
 
 
 def layout(num_clients: int, rounds_done: int) -> dict[str, tuple[int, ...]]:
-    """The ``privacy/`` datasets of a checkpoint after ``rounds_done`` rounds, with their shapes."""
+    """The ``privacy/`` datasets of a checkpoint after ``rounds_done`` rounds as files without a manifest (the
+    versions before per-round sigmas) wrote them, with their shapes."""
     return {"privacy/sigma": (), "privacy/clip": (), "privacy/q": (rounds_done,), "privacy/counts": (num_clients,)}
 
 
@@ -138,7 +141,7 @@ class Privacy:
         self.names = [e.name for e in decl.up]
         self.central = cfg.mode == "central"
         self._refuse(run.algorithm, decl, run.asynchronous, participation)
-        self.sampling = participation.sampling if self.central else "none"
+        self.sampling = participation.sampling if self.central else "local"
         self.participation = participation
         cohort = participation.max_active()
         self.calibrated = cfg.noise_multiplier is None
@@ -212,18 +215,23 @@ class Privacy:
             return rule
 
         def noised(server: dict[str, Tensor], up: dict[str, Tensor], ctx: RoundContext) -> dict[str, Tensor]:
-            m = ctx.num_active
-            if self.sampling == "poisson" and probabilities is not None:
-                m = max(1, round(float(np.sum(probabilities))))
+            m = self.normalizer(probabilities, ctx.num_active)
             sigma, clip = self.update_multiplier(m), self.state.clip
             device = up[self.names[0]].device
             z = gaussian_like(up, self.names, sigma * clip, generator(device, self.seed, ctx.round, STREAM_CENTRAL))
             if self.cfg.adaptive_quantile is not None:
-                self.state.clip = self.next_clip(clip, m, ctx.round)
+                self.state.clip = self.next_clip(clip, m, ctx.num_active, ctx.round)
             return rule(server, {k: up[k] + z[k] if k in z else up[k] for k in up},
                         dataclasses.replace(ctx, num_active=m))
 
         return noised
+
+    def normalizer(self, probabilities: np.ndarray | None, num_active: int) -> int:
+        """m_t, the count the server rule divides by: the expected cohort max(1, round(sum_i p_i^t)) under
+        poisson participation, else the round's |S_t| (a public fact of the schedule)."""
+        if self.sampling == "poisson" and probabilities is not None:
+            return max(1, round(float(np.sum(probabilities))))
+        return num_active
 
     def update_multiplier(self, m: int) -> float:
         """The noise multiplier of the summed update: sigma, or with adaptive clipping
@@ -237,11 +245,21 @@ class Privacy:
         """sigma_b = max(m / 20, sigma): the paper's m / 20, and never so small that sigma_u has no solution."""
         return max(m / COUNT_NOISE_SHARE, self.state.accountant.sigma)
 
-    def next_clip(self, clip: float, m: int, t: int) -> float:
-        """C_{t+1} = C_t exp(-eta_C (b_t - gamma)), b_t the noised share of clients within C_t (rank 0)."""
+    def next_clip(self, clip: float, m: int, reported: int, t: int) -> float:
+        """C_{t+1} = C_t exp(-eta_C (b_t - gamma)) with the noised share of clients within C_t (rank 0)
+
+            b_t = (sum_{i in S_t} (b_i - 1/2) + N(0, sigma_b^2)) / m_t + 1/2,   b_i = 1[||u_i|| <= C_t],
+
+        the shifted count of Andrew et al. 2021 (and TF Privacy's quantile estimator): adding or removing one
+        client moves sum_i (b_i - 1/2) by exactly 1/2, the sensitivity :meth:`update_multiplier`'s sigma_u
+        assumes (the unshifted sum_i b_i would move by 1 and spend four times the count's share). ``reported``:
+        |S_t|, the clients whose b_i is in the count. A round nobody took part in (m_t = 0, possible without
+        poisson sampling) keeps C_t: there is no share to estimate, and nobody's data is read."""
+        if m == 0:
+            return clip
         noise = float(torch.randn(1, generator=generator(torch.device("cpu"), self.seed, t, STREAM_COUNT),
                                   dtype=torch.float64)) * self.count_noise(m)
-        share = (self._count + noise) / m
+        share = (self._count - reported / 2 + noise) / m + 0.5
         return clip * math.exp(-ADAPTIVE_LR * (share - float(self.cfg.adaptive_quantile)))
 
     def after_exchange(self) -> None:
@@ -253,11 +271,19 @@ class Privacy:
 
     # ------------------------------------------------------------------------------------------ accounting
     def record(self, t: int, participants: np.ndarray) -> dict[str, float]:
-        """Round t done with ``participants`` (global ids): the metrics' ``epsilon`` (and ``clip`` when adaptive)."""
+        """Round t done with ``participants`` (global ids): the metrics' ``epsilon``, the noise it actually
+        used (``noise_multiplier``, the sigma accounted; with adaptive clipping also the update's own
+        ``update_noise_multiplier`` sigma_u and the count's ``count_noise`` sigma_b, so that epsilon can be
+        recomputed from the records alone) and, when adaptive, ``clip``, the C of the next round."""
         probabilities = self.participation.probabilities(t)
         q = float(np.max(probabilities)) if probabilities is not None and len(probabilities) else 1.0
-        self.state.accountant.record(q, participants)
-        out = {"epsilon": self.state.accountant.epsilon()}
+        accountant = self.state.accountant
+        out = {"noise_multiplier": accountant.sigma}
+        if self.cfg.adaptive_quantile is not None:
+            m = self.normalizer(probabilities, len(participants))
+            out.update(update_noise_multiplier=self.update_multiplier(m), count_noise=self.count_noise(m))
+        accountant.record(q, participants)
+        out["epsilon"] = accountant.epsilon()
         if self.cfg.adaptive_quantile is not None:
             out["clip"] = self.state.clip
         return out
@@ -278,7 +304,7 @@ class Privacy:
         """Epsilon after round t, before it runs."""
         probabilities = self.participation.probabilities(t)
         q = float(np.max(probabilities)) if probabilities is not None and len(probabilities) else 1.0
-        clients = self.participants(t) if self.sampling == "none" else np.zeros(0, dtype=np.int64)
+        clients = self.participants(t) if self.sampling in ("none", "local") else np.zeros(0, dtype=np.int64)
         return self.state.accountant.epsilon_after_next(q, clients)
 
     def participants(self, t: int) -> np.ndarray:
