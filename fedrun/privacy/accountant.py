@@ -240,8 +240,9 @@ def calibrate(cfg: PrivacyConfig, sampling: str, num_clients: int, cohort: int, 
               worst: int) -> float:
     """The smallest sigma whose run (``q``: the planned rounds' worst-client probabilities; ``worst``: the
     most rounds one client joins) spends at most ``privacy.target_epsilon`` at ``privacy.delta`` under
-    ``privacy.accountant``: dp-accounting's Brent search (``calibrate_dp_mechanism``). The poisson rounds are
-    grouped by their probability (composition commutes)."""
+    ``privacy.accountant``: dp-accounting's Brent search (``calibrate_dp_mechanism``), under RDP first and for
+    PLD then between half that sigma and it. The poisson rounds are grouped by their probability (composition
+    commutes)."""
     kind, delta, target = cfg.accountant, cfg.delta, cfg.target_epsilon
     if sampling == "poisson":
         values, counts = np.unique([rounded(v) for v in q], return_counts=True)
@@ -254,5 +255,22 @@ def calibrate(cfg: PrivacyConfig, sampling: str, num_clients: int, cohort: int, 
         def event(sigma: float) -> dpa.DpEvent:
             return run_event(sampling, sigma, q, worst, num_clients, cohort)
     bracket = mechanism_calibration.LowerEndpointAndGuess(1e-3, 1.0)
-    return float(mechanism_calibration.calibrate_dp_mechanism(lambda: fresh_accountant(kind, sampling), event,
+    sigma = float(mechanism_calibration.calibrate_dp_mechanism(lambda: fresh_accountant("rdp", sampling), event,
+                                                               target, delta, bracket, tol=1e-4))
+    if kind == "rdp":
+        return sigma
+    # PLD: below the RDP sigma (RDP's epsilon bounds PLD's from above), searched from a lower end that PLD can
+    # discretize: at sigma 1e-3 its privacy-loss grid needs hundreds of GiB
+    lower = sigma / 2
+    while lower > 1e-3 and epsilon_of(event(lower), "pld", sampling, delta) <= target:
+        lower /= 2
+    bracket = mechanism_calibration.ExplicitBracketInterval(lower, sigma)
+    return float(mechanism_calibration.calibrate_dp_mechanism(lambda: fresh_accountant("pld", sampling), event,
                                                               target, delta, bracket, tol=1e-4))
+
+
+def epsilon_of(event: dpa.DpEvent, kind: str, sampling: str, delta: float) -> float:
+    """Epsilon at ``delta`` of one ``event`` under accountant ``kind``."""
+    acc = fresh_accountant(kind, sampling)
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
