@@ -292,3 +292,38 @@ def test_an_empty_round_under_a_fixed_pattern_with_adaptive_clipping_runs():
     for before, now in zip([{"clip": 0.3}, *result.metrics], result.metrics, strict=False):
         if now["active_clients"] == 0:
             assert now["clip"] == before["clip"]
+
+
+@pytest.mark.parametrize("override, needle", [("privacy.target_epsilon=1e15", "privacy.target_epsilon"),
+                                              ("privacy.noise_multiplier=1e300", "privacy.noise_multiplier")])
+def test_absurd_privacy_values_are_refused_at_the_door(override, needle):
+    proc = subprocess.run([sys.executable, "-m", "fedrun", "train", "--quiet", "run.dir=/nonexistent/never", *BASE,
+                           "privacy.mode=central", override], capture_output=True, text=True, env=child_env(), cwd=REPO)
+    assert one_line_problems(proc.returncode, proc.stderr, needle) == [], proc.stderr
+
+
+def forge(path, name: str, value: np.ndarray) -> None:
+    """Rewrite dataset ``name`` of checkpoint ``path`` with ``value`` and a matching crc32 (issue 46's forger)."""
+    import zlib
+    with h5py.File(path, "r+") as f:
+        f[name][...] = value
+        f[name].attrs["crc32"] = np.uint32(zlib.crc32(np.ascontiguousarray(f[name][()]).tobytes()))
+
+
+@pytest.mark.parametrize("name, value, needle", [("privacy/sigma", np.float64(50.0), "privacy/sigma is 50.0"),
+                                                 ("privacy/q", np.array([0.2, 0.01, 0.2]), "privacy/q[1]")])
+def test_a_forged_privacy_state_is_refused_on_resume(tmp_path, name, value, needle):
+    """privacy/sigma rewritten to 50 (or a round's q lowered) with a recomputed CRC: the resume checks the state
+    against the config that wrote it and refuses with one line, status 2, writing nothing (issue 46: epsilon
+    fell from 4.1 to 0.04)."""
+    run_dir = tmp_path / "run"
+    args = [*BASE, f"run.dir={run_dir}", "participation.pattern=p2", "privacy.mode=central",
+            "privacy.noise_multiplier=1.1"]
+    fedrun.run({}, [*args, "run.rounds=3"])
+    ckpt = sorted(run_dir.glob("ckpt_*.h5"))[-1]
+    forge(ckpt, name, value)
+    before = sorted(p.name for p in run_dir.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "fedrun", "train", "--quiet", "--resume", "auto", *args,
+                           "run.rounds=6"], capture_output=True, text=True, env=child_env(), cwd=REPO)
+    assert one_line_problems(proc.returncode, proc.stderr, needle) == [], proc.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == before

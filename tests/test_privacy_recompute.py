@@ -2,9 +2,10 @@
 used (with adaptive clipping also the update's and the count's), and this test rebuilds the whole run's
 epsilon from those records alone with dp-accounting, replaying the participants from a fresh copy of the
 pattern, for every sampling class (poisson, without replacement, none) x mode (central, local) x
-accountant (RDP, PLD) x history (fresh, stopped + resumed, resumed with a recalibrated sigma, adaptive
-clipping). The reported epsilon must never be below the recomputed one (relative 1e-9), and docs/privacy.md
-says it is equal: so it must be equal.
+accountant (RDP, PLD) x history (fresh, stopped + resumed, resumed with a recalibrated sigma, resumed
+with an accepted change of ``privacy.noise_multiplier``, adaptive clipping). The reported epsilon must
+never be below the recomputed one (relative 1e-9), and docs/privacy.md says it is equal: so it must be
+equal.
 
 Nothing of fedrun's accountant is used here: only the records, the config and dp-accounting."""
 
@@ -81,7 +82,9 @@ CASES = [("p2", "central", "rdp", "resumed"), ("p2", "central", "rdp", "recalibr
          ("cyclic", "central", "rdp", "adaptive"), ("cyclic", "central", "pld", "resumed"),
          ("cyclic", "central", "pld", "recalibrated"), ("markov", "central", "rdp", "resumed"),
          ("markov", "central", "rdp", "adaptive"), ("p2", "local", "rdp", "resumed"),
-         ("p2", "local", "rdp", "recalibrated"), ("cyclic", "local", "pld", "resumed")]
+         ("p2", "local", "rdp", "recalibrated"), ("cyclic", "local", "pld", "resumed"),
+         ("p2", "central", "rdp", "noise_changed"), ("cyclic", "central", "rdp", "noise_changed"),
+         ("markov", "local", "rdp", "noise_changed")]
 
 
 @pytest.mark.parametrize("pattern, mode, kind, history", CASES, ids=["-".join(c) for c in CASES])
@@ -94,6 +97,12 @@ def test_reported_epsilon_equals_dp_accounting_recomputed_from_the_records(tmp_p
         overrides.append("privacy.target_epsilon=3")
         fedrun.run({}, [*BASE, *overrides, f"run.rounds={rounds}"], callback=stop_after(rounds // 2))
         fedrun.run({}, [*BASE, *overrides, f"run.rounds={2 * rounds}"], resume="auto")
+    elif history == "noise_changed":  # --accept-changes privacy.noise_multiplier on resume, with a target
+        overrides.append("privacy.target_epsilon=60")
+        fedrun.run({}, [*BASE, *overrides, "privacy.noise_multiplier=1.3", f"run.rounds={rounds}"],
+                   callback=stop_after(rounds // 2))
+        fedrun.run({}, [*BASE, *overrides, "privacy.noise_multiplier=2.6", f"run.rounds={rounds}"], resume="auto",
+                   accept_changes=("privacy.noise_multiplier",))
     else:
         overrides.append("privacy.noise_multiplier=1.3")
         if history == "adaptive":
@@ -105,6 +114,8 @@ def test_reported_epsilon_equals_dp_accounting_recomputed_from_the_records(tmp_p
     assert len(records) > rounds // 2
     if history == "recalibrated":  # the resume's new sigma took effect for the rounds it ran, and within budget
         assert len({r["noise_multiplier"] for r in records}) == 2 and records[-1]["epsilon"] <= 3 * (1 + 1e-9)
+    elif history == "noise_changed":  # the accepted sigma is the one the new rounds used (issue 46)
+        assert [r["noise_multiplier"] for r in records] == [1.3] * (rounds // 2) + [2.6] * (rounds - rounds // 2)
     else:
         assert len(records) == rounds
     got = [r["epsilon"] for r in records]

@@ -24,12 +24,13 @@ import numpy as np
 import torch
 
 from fedrun.checkpoint import list_checkpoints
-from fedrun.config import Config
+from fedrun.config import Config, config_from_dict
 from fedrun.errors import CheckpointError, ConfigError, argument, on_every_rank, writing
 from fedrun.federation import resume as resume_policy
 from fedrun.federation import snapshot
 from fedrun.federation.build import RunState, Setup, build
 from fedrun.federation.cadence import Checkpoints
+from fedrun.federation.participation.registry import make_participation
 from fedrun.federation.rounds import CLIENT_ARRAYS
 from fedrun.federation.runtime_log import RuntimeLog
 from fedrun.metrics.log import MetricsLog, Progress, flatten
@@ -131,6 +132,10 @@ def _restore(setup: Setup, state: RunState, path: Path | None, options: RunOptio
         return None
     started = time.perf_counter()
     snapshot.restore(setup, state, path)
+    if setup.privacy is not None:  # the restored privacy state against the config that wrote it
+        saved = config_from_dict(snapshot.saved_config(path))
+        planner = make_participation(saved.participation, setup.num_clients, saved.run.seed, saved.run.rounds)
+        setup.privacy.check_source(saved.privacy, saved.run.rounds, planner, str(path))
     seconds = time.perf_counter() - started
     if world.is_root and options.progress and state.next_round < cfg.run.rounds:
         print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)

@@ -12,6 +12,12 @@ from typing import Literal
 
 from fedrun.errors import require
 
+# bounds of what a run can mean and compute (docs/reliability.md): epsilon beyond 100 (a likelihood ratio of e^100)
+# protects nothing and asks dp-accounting's calibration for sigmas whose accounting takes minutes (math domain
+# errors near 1e15); noise beyond 1e6 C is no longer a model update (1e300 overflows the sum to inf)
+MAX_TARGET_EPSILON = 100.0
+MAX_NOISE_MULTIPLIER = 1e6
+
 
 @dataclass
 class PrivacyConfig:
@@ -34,10 +40,10 @@ class PrivacyConfig:
 
     def check(self) -> None:
         require(self.clip > 0, "privacy.clip", "a number > 0", self.clip)
-        require(self.noise_multiplier is None or self.noise_multiplier >= 0, "privacy.noise_multiplier",
-                "null or a number >= 0", self.noise_multiplier)
-        require(self.target_epsilon is None or self.target_epsilon > 0, "privacy.target_epsilon",
-                "null or a number > 0", self.target_epsilon)
+        require(self.noise_multiplier is None or 0 <= self.noise_multiplier <= MAX_NOISE_MULTIPLIER,
+                "privacy.noise_multiplier", f"null or a number in [0, {MAX_NOISE_MULTIPLIER:g}]", self.noise_multiplier)
+        require(self.target_epsilon is None or 0 < self.target_epsilon <= MAX_TARGET_EPSILON, "privacy.target_epsilon",
+                f"null or a number in (0, {MAX_TARGET_EPSILON:g}]", self.target_epsilon)
         require(0 < self.delta < 1, "privacy.delta", "a number in (0, 1)", self.delta)
         require(self.adaptive_quantile is None or 0 < self.adaptive_quantile < 1, "privacy.adaptive_quantile",
                 "null or a number in (0, 1)", self.adaptive_quantile)

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedrun.errors import ConfigError
+from fedrun.errors import CheckpointError, ConfigError
 from fedrun.privacy.config import PrivacyConfig
 from fedrun.protocol import Declaration, RoundContext
 from fedrun.runtime.flat import broadcast_from_root, reduce_to_root
@@ -149,7 +149,7 @@ class Privacy:
         if sigma is None:
             q, worst = plan(planner, self.sampling, rounds, num_clients)
             sigma = calibrate(cfg, self.sampling, num_clients, cohort, q, worst)
-        self.rounds, self.planner = rounds, planner
+        self.rounds, self.planner, self.num_clients, self.cohort = rounds, planner, num_clients, cohort
         self.state = PrivacyState(Accountant(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, sigma),
                                   cfg.clip)
         target = cfg.target_epsilon
@@ -316,6 +316,36 @@ class Privacy:
         while self.planner.next_round < t:
             self.planner.active(self.planner.next_round)
         return np.flatnonzero(self.planner.active(t))
+
+    def check_source(self, saved: PrivacyConfig, saved_rounds: int, saved_planner: Any, where: str) -> None:
+        """A resumed checkpoint's privacy state against its source (issue 46: a rewritten ``privacy/sigma``
+        with a recomputed checksum was accepted and lowered the reported epsilon): its sigma must be its own
+        config's (``saved``: the checkpoint's ``privacy`` section, ``saved_rounds`` its ``run.rounds``,
+        ``saved_planner`` a fresh copy of its pattern) noise multiplier or that config's calibration, and
+        every round's q the pattern's. Raises :class:`CheckpointError` (one line, status 2) otherwise. The
+        rounds to come use this run's sigma (an accepted ``privacy.noise_multiplier``, or a recalibration
+        for a changed ``run.rounds``), and every round is accounted at the sigma it used."""
+        from fedrun.privacy.accountant import calibrate, rounded
+
+        acc = self.state.accountant
+        sigma, how = saved.noise_multiplier, "its privacy.noise_multiplier"
+        if sigma is None:
+            how = f"calibrated for privacy.target_epsilon {saved.target_epsilon:g} over {saved_rounds} rounds"
+            if saved == self.cfg and saved_rounds == self.rounds:
+                sigma = acc.sigma  # this run's calibration had the same inputs
+            else:
+                q, worst = plan(saved_planner, self.sampling, saved_rounds, self.num_clients)
+                sigma = calibrate(saved, self.sampling, self.num_clients, self.cohort, q, worst)
+        if acc.restored_sigma != sigma:
+            raise CheckpointError(f"{where}: privacy/sigma is {acc.restored_sigma!r}, but the checkpoint's config "
+                                  f"gives {sigma!r} ({how}); its privacy state does not match its source")
+        for t, q in enumerate(acc.q):
+            probabilities = self.participation.probabilities(t) if self.sampling == "poisson" else None
+            want = rounded(float(np.max(probabilities))) if probabilities is not None else 1.0
+            if q != want:
+                raise CheckpointError(f"{where}: privacy/q[{t}] is {q!r}, but participation.pattern="
+                                      f"{self.participation.name} gives {want!r} for round {t + 1}; its privacy "
+                                      "state does not match its source")
 
     def describe(self) -> str:
         """The start-up line: mode, sigma (and whether it was calibrated), C, accountant, sampling."""
