@@ -327,3 +327,30 @@ def test_a_forged_privacy_state_is_refused_on_resume(tmp_path, name, value, need
                            "run.rounds=6"], capture_output=True, text=True, env=child_env(), cwd=REPO)
     assert one_line_problems(proc.returncode, proc.stderr, needle) == [], proc.stderr
     assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_runtime_json_states_the_guarantee_and_secure_noise_cannot_be_regenerated(tmp_path):
+    """runtime.json's privacy section names the unit, the neighbouring relation and the sigma in use, and
+    marks the metrics that are not private (under Poisson: the cohort size too). With privacy.secure_noise the
+    noise is still N(0, sigma^2 C^2) but not the noise run.seed gives, and the run says it is not
+    reproducible (issue 42)."""
+    cfg = ["data.name=synthetic", "data.synthetic.shape=[80]", "data.num_clients=10", "model.name=logistic",
+           "run.dtype=float64", "local.lr=0", "local.steps=1", "eval.every=0", "participation.clients_per_round=5",
+           "run.rounds=1", "local.strategy=sequential", "privacy.mode=central", "privacy.noise_multiplier=1.7",
+           "privacy.clip=0.3"]
+    x0 = fedrun.run({}, [*cfg, "privacy.mode=none"], write_files=False).x
+    seeded = fedrun.run({}, [*cfg, f"run.dir={tmp_path / 'seeded'}"]).x
+    secure = fedrun.run({}, [*cfg, f"run.dir={tmp_path / 'secure'}", "privacy.secure_noise=true"]).x
+    z = (secure - x0) * 5
+    assert stats.kstest(z, "norm", args=(0, 1.7 * 0.3)).pvalue > 1e-3
+    assert not np.array_equal(secure, seeded)  # drawn from the OS's entropy: not the seed's draw
+    facts = {run: json.loads((tmp_path / run / "runtime.json").read_text())["privacy"] for run in ("seeded", "secure")}
+    assert facts["seeded"]["reproducible"] is True and "simulation, not a deployment" in facts["seeded"]["noise"]
+    assert facts["secure"]["reproducible"] is False and "not reproducible" in facts["secure"]["noise"]
+    assert facts["seeded"]["unit"].startswith("client") and facts["seeded"]["noise_multiplier"] == 1.7
+    assert facts["seeded"]["sampling"] == "without_replacement" and "replace-one" in facts["seeded"]["neighbouring"]
+    assert facts["seeded"]["not_private_metrics"] == ["train_loss"]
+    poisson = fedrun.run({}, [*cfg, f"run.dir={tmp_path / 'p2'}", "participation.pattern=p2"])
+    facts = json.loads((tmp_path / "p2" / "runtime.json").read_text())["privacy"]
+    assert "add/remove" in facts["neighbouring"] and "active_clients" in facts["not_private_metrics"]
+    assert set(facts["not_private_metrics"]) <= set(poisson.metrics[0])

@@ -189,6 +189,7 @@ def _on_screen(setup: Setup, state: RunState, options: RunOptions,
     _say(setup, signals, f"client state {setup.store_choice}")
     if setup.privacy is not None:
         _say(setup, signals, setup.privacy.describe())
+        _say(setup, signals, f"privacy: {setup.privacy.noise_source()}")
     return Progress(setup.cfg.run.rounds, setup.cfg.run.log_every, signals), callback
 
 

@@ -19,7 +19,9 @@ from fedrun.runtime.provenance import provenance
 class RuntimeLog:
     """``runtime.json``: provenance (versions, git commit, hosts, Slurm ids, command line, start time;
     :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks, the local strategy and
-    its timings, checkpoint write times and sizes, and every rank's peak resident memory at the end."""
+    its timings, checkpoint write times and sizes, with privacy its guarantee (unit, neighbouring relation, the
+sigma in use, the noise's source, the metrics it does not cover), and every rank's peak resident memory at the
+end."""
 
     def __init__(self, setup: Setup, state: RunState, run_dir: Path | None, resume_s: float | None) -> None:
         self.world, self.clients = setup.world, state.clients
@@ -33,6 +35,8 @@ class RuntimeLog:
             "local_strategy": state.strategy, "strategy_timings_s": setup.strategy_timings,
             "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],
         }
+        if setup.privacy is not None:  # what the epsilon is about (docs/privacy.md)
+            self.data["privacy"] = setup.privacy.guarantee()
         self._write()
 
     def checkpoint_written(self, next_round: int, path: Path | None, seconds: float) -> None:

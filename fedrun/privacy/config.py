@@ -37,6 +37,9 @@ class PrivacyConfig:
     # adaptive clipping (Andrew et al. 2021) to this quantile of the upload norms, with its own noised count;
     # privacy.clip is then the initial C; null: a fixed C
     adaptive_quantile: float | None = None
+    # true: the noise is drawn from the operating system's entropy, not from run.seed (a deployment's noise, which
+    # nobody can regenerate from the run directory); the run is then not reproducible
+    secure_noise: bool = False
 
     def check(self) -> None:
         require(self.clip > 0, "privacy.clip", "a number > 0", self.clip)

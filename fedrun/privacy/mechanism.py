@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -61,10 +62,16 @@ BUDGET_SLACK = 1e-9  # relative: a calibrated run's last round may exceed the ta
 ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
 
 
-def generator(device: torch.device, *keys: int) -> torch.Generator:
-    """A torch generator seeded by a pure function of ``keys`` (seed, round, [client,] stream)."""
+def generator(device: torch.device, *keys: int, secure: bool = False) -> torch.Generator:
+    """A torch generator seeded by a pure function of ``keys`` (seed, round, [client,] stream): anyone who knows
+    the run's seed can regenerate the noise (a reproducible simulation); ``secure``: seeded by 64 bits of the
+    operating system's entropy instead (``secrets``), so the noise cannot be regenerated and the run is not
+    reproducible."""
     g = torch.Generator(device=device)
-    g.manual_seed(int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, np.uint64)[0]))
+    if secure:
+        g.manual_seed(secrets.randbits(64))
+    else:
+        g.manual_seed(int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, np.uint64)[0]))
     return g
 
 
@@ -127,6 +134,16 @@ class RunShape:
     rounds: int  # T (run.rounds)
     seed: int  # run.seed
     asynchronous: bool  # asynchrony.enabled (refused: the accountant counts synchronous rounds)
+
+
+# the neighbouring relation each accounting class protects (docs/privacy.md, "The guarantee")
+RELATIONS = {
+    "poisson": "add/remove one client: the run with and without all of that client's data",
+    "without_replacement": "replace-one: one client's data replaced by another's (the cohort size is public)",
+    "none": "zero-out: one client's uploads replaced by zero in the rounds the schedule gives it (the schedule "
+            "is public)",
+    "local": "replace-one: one client's data replaced by other data (its reports, and so its presence, are public)",
+}
 
 
 class Privacy:
@@ -195,7 +212,8 @@ class Privacy:
             sigma = self.state.accountant.sigma
             for row, client in enumerate(ids):
                 z = gaussian_like({k: out[k][row] for k in self.names}, self.names, sigma * clip,
-                                  generator(out[self.names[0]].device, self.seed, t, int(client), STREAM_LOCAL))
+                                  generator(out[self.names[0]].device, self.seed, t, int(client), STREAM_LOCAL,
+                                            secure=self.cfg.secure_noise))
                 for k in self.names:
                     out[k][row] += z[k]
         return out
@@ -218,7 +236,8 @@ class Privacy:
             m = self.normalizer(probabilities, ctx.num_active)
             sigma, clip = self.update_multiplier(m), self.state.clip
             device = up[self.names[0]].device
-            z = gaussian_like(up, self.names, sigma * clip, generator(device, self.seed, ctx.round, STREAM_CENTRAL))
+            g = generator(device, self.seed, ctx.round, STREAM_CENTRAL, secure=self.cfg.secure_noise)
+            z = gaussian_like(up, self.names, sigma * clip, g)
             if self.cfg.adaptive_quantile is not None:
                 self.state.clip = self.next_clip(clip, m, ctx.num_active, ctx.round)
             return rule(server, {k: up[k] + z[k] if k in z else up[k] for k in up},
@@ -257,8 +276,8 @@ class Privacy:
         poisson sampling) keeps C_t: there is no share to estimate, and nobody's data is read."""
         if m == 0:
             return clip
-        noise = float(torch.randn(1, generator=generator(torch.device("cpu"), self.seed, t, STREAM_COUNT),
-                                  dtype=torch.float64)) * self.count_noise(m)
+        g = generator(torch.device("cpu"), self.seed, t, STREAM_COUNT, secure=self.cfg.secure_noise)
+        noise = float(torch.randn(1, generator=g, dtype=torch.float64)) * self.count_noise(m)
         share = (self._count - reported / 2 + noise) / m + 0.5
         return clip * math.exp(-ADAPTIVE_LR * (share - float(self.cfg.adaptive_quantile)))
 
@@ -346,6 +365,30 @@ class Privacy:
                 raise CheckpointError(f"{where}: privacy/q[{t}] is {q!r}, but participation.pattern="
                                       f"{self.participation.name} gives {want!r} for round {t + 1}; its privacy "
                                       "state does not match its source")
+
+    def guarantee(self) -> dict[str, Any]:
+        """What the run's epsilon is about, for ``runtime.json``'s ``privacy`` (docs/privacy.md, "The guarantee")."""
+        acc = self.state.accountant
+        not_private = ["train_loss"]  # the unnoised mean of the participants' training losses
+        if self.sampling == "poisson":  # who took part is what the sampling hides
+            not_private += ["active_clients", "tau_t", "tau_max", "tau_avg", "tau_avg_client"]
+        return {
+            "unit": "client: everything one client contributes to the run (every upload of every round it joins)",
+            "mode": self.cfg.mode, "sampling": self.sampling, "neighbouring": RELATIONS[self.sampling],
+            "noise_multiplier": acc.sigma, "calibrated": self.calibrated, "clip": self.cfg.clip,
+            "adaptive_quantile": self.cfg.adaptive_quantile, "delta": self.cfg.delta,
+            "accountant": self.cfg.accountant, "noise": self.noise_source(),
+            "reproducible": not self.cfg.secure_noise,
+            "not_private_metrics": not_private,
+        }
+
+    def noise_source(self) -> str:
+        """Where the noise comes from, and what that makes the run (one line, also printed at start-up)."""
+        if self.cfg.secure_noise:
+            return ("noise from the operating system's entropy (privacy.secure_noise=true): it cannot be regenerated, "
+                    "and this run is not reproducible")
+        return ("noise seeded by run.seed: a reproducible simulation, not a deployment (anyone with config.yaml can "
+                "regenerate and subtract it; privacy.secure_noise=true draws it from the operating system)")
 
     def describe(self) -> str:
         """The start-up line: mode, sigma (and whether it was calibrated), C, accountant, sampling."""
