@@ -220,15 +220,18 @@ def test_sigkill_then_resume_is_bit_identical_epsilon_included(tmp_path, extra):
 
 def test_epsilon_reaches_tensorboard_and_mlflow_as_in_metrics_jsonl(tmp_path):
     """A private run with both sinks on: TensorBoard's reader and the MLflow store hold the same epsilon per
-    round as metrics.jsonl (and it grows)."""
+    round as metrics.jsonl (and it grows), and the sigma in use (calibrated: the config says null) is in
+    runtime.json, MLflow's parameters and every round's record (so TensorBoard's scalars)."""
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir = tmp_path / "run"
     fedrun.run({}, [*BASE, "run.rounds=3", f"run.dir={run_dir}", "privacy.mode=central",
-                    f"privacy.noise_multiplier={SIGMA}", "participation.pattern=p2", "metrics.tensorboard=true",
+                    "privacy.target_epsilon=3", "participation.pattern=p2", "metrics.tensorboard=true",
                     f"metrics.mlflow=sqlite:///{tmp_path / 'mlflow.db'}"])
     want = [r["epsilon"] for r in metrics(run_dir)]
+    sigma = json.loads((run_dir / "runtime.json").read_text())["privacy"]["noise_multiplier"]
+    assert sigma > 0 and [r["noise_multiplier"] for r in metrics(run_dir)] == [sigma] * 3  # the calibrated sigma
     assert len(want) == 3 and 0 < want[0] < want[1] < want[2]
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
@@ -236,6 +239,8 @@ def test_epsilon_reaches_tensorboard_and_mlflow_as_in_metrics_jsonl(tmp_path):
         [(r, pytest.approx(w, rel=1e-6)) for r, w in zip((1, 2, 3), want, strict=True)]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    assert json.loads(client.get_run(run_id).data.params["privacy.noise_multiplier"]) == sigma  # not null
+    assert [e.value for e in events.Scalars("noise_multiplier")] == [pytest.approx(sigma, rel=1e-6)] * 3
     history = sorted(client.get_metric_history(run_id, "epsilon"), key=lambda m: m.step)
     assert [(m.step, m.value) for m in history] == [(r, pytest.approx(w)) for r, w in zip((1, 2, 3), want, strict=True)]
 
@@ -354,3 +359,15 @@ def test_runtime_json_states_the_guarantee_and_secure_noise_cannot_be_regenerate
     facts = json.loads((tmp_path / "p2" / "runtime.json").read_text())["privacy"]
     assert "add/remove" in facts["neighbouring"] and "active_clients" in facts["not_private_metrics"]
     assert set(facts["not_private_metrics"]) <= set(poisson.metrics[0])
+
+
+def test_progress_line_shows_epsilon_and_start_up_warns_when_noise_drowns_the_update(capsys):
+    """The noise's expected norm sigma sqrt(d) / m against the mean update's (at most C): d = 810 and sigma 1.7
+    give 9.7 with 5 clients a round (no warning at the bound 10) and 24 with 2 (a warning)."""
+    cfg = ["data.name=synthetic", "data.synthetic.shape=[80]", "data.num_clients=10", "model.name=logistic",
+           "local.steps=1", "eval.every=0", "run.rounds=2", "privacy.mode=central", "privacy.noise_multiplier=1.7"]
+    for cohort, warned in ((5, False), (2, True)):
+        fedrun.run({}, [*cfg, f"participation.clients_per_round={cohort}"], write_files=False, progress=True)
+        out = capsys.readouterr().out
+        assert ("noise's expected norm is 24 times" in out) == warned, out
+        assert "round 2/2 | loss" in out and " | epsilon " in out

@@ -91,8 +91,11 @@ def train(cfg: Config, world: World, run_dir: Path | None, options: RunOptions) 
     if path is not None and state.next_round == cfg.run.rounds:
         return _finished_already(setup, state, run_dir or path)
     # an unreachable tracking URI is bad input: refused before anything is written, on every rank
+    params = flatten(cfg.to_dict())
+    if setup.privacy is not None:  # the sigma in use (calibrated when the config says null)
+        params["privacy.noise_multiplier"] = setup.privacy.state.accountant.sigma
     tracker = decided_by_root(world, lambda: MlflowLog(run_dir if cfg.metrics.mlflow else None, cfg.metrics,
-                                                       cfg.run.name, flatten(cfg.to_dict())))
+                                                       cfg.run.name, params))
     metrics = MetricsLog(run_dir if world.is_root else None, state.metrics)
     _record_start(setup, state, path, changes, metrics)
     runtime = RuntimeLog(setup, state, run_dir, resume_s)
@@ -190,6 +193,9 @@ def _on_screen(setup: Setup, state: RunState, options: RunOptions,
     if setup.privacy is not None:
         _say(setup, signals, setup.privacy.describe())
         _say(setup, signals, f"privacy: {setup.privacy.noise_source()}")
+        warning = setup.privacy.noise_warning(setup.dim)
+        if warning:
+            _say(setup, signals, warning)
     return Progress(setup.cfg.run.rounds, setup.cfg.run.log_every, signals), callback
 
 

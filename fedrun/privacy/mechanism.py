@@ -57,6 +57,7 @@ STREAM_LOCAL = 0x44504C5A  # "DPLZ": client i's own noise in local mode, rng(see
 STREAM_COUNT = 0x44504342  # "DPCB": the noise of the adaptive clip's count, rng(seed, t, .)
 ADAPTIVE_LR = 0.2  # eta_C of the geometric clip update (Andrew et al. 2021)
 COUNT_NOISE_SHARE = 20.0  # sigma_b = m / 20 (Andrew et al. 2021)
+NOISE_WARNING = 10.0  # the start-up warning's bound on noise norm / mean update norm (Privacy.noise_warning)
 BUDGET_SLACK = 1e-9  # relative: a calibrated run's last round may exceed the target by the float order of the sums
 
 ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
@@ -381,6 +382,24 @@ class Privacy:
             "reproducible": not self.cfg.secure_noise,
             "not_private_metrics": not_private,
         }
+
+    def noise_warning(self, dim: int) -> str | None:
+        """The start-up warning when the noise drowns the update: the mean update of m clipped uploads has norm
+        at most C, the noise in it has expected norm about sigma C sqrt(d) / m (central: one draw on the sum)
+        or sigma C sqrt(d / m) (local: m independent draws), m the expected cohort of round 1. None when that
+        ratio is at most :data:`NOISE_WARNING`."""
+        probabilities = self.participation.probabilities(0) if self.sampling == "poisson" else None
+        m = float(np.sum(probabilities)) if probabilities is not None else float(len(self.participants(0)))
+        sigma = self.state.accountant.sigma
+        if m <= 0 or sigma == 0:
+            return None
+        ratio = sigma * math.sqrt(dim) / (m if self.central else math.sqrt(m))
+        if ratio <= NOISE_WARNING:
+            return None
+        return (f"privacy: warning: the noise's expected norm is {ratio:.0f} times the largest mean update's "
+                f"(sigma {sigma:.4g} x sqrt(d = {dim}) / {'' if self.central else 'sqrt '}m = {m:g} clients a "
+                f"round); above {NOISE_WARNING:g} a model rarely learns: more clients a round, fewer parameters or a "
+                "larger epsilon")
 
     def noise_source(self) -> str:
         """Where the noise comes from, and what that makes the run (one line, also printed at start-up)."""
