@@ -34,6 +34,7 @@ from scipy import stats
 import fedrun
 from fedrun.algorithms import ALGORITHMS
 from fedrun.config import load_config
+from fedrun.errors import ConfigError
 from fedrun.federation.participation.registry import make_participation
 from fedrun.privacy.mechanism import clip_uploads, upload_norms
 
@@ -371,3 +372,42 @@ def test_progress_line_shows_epsilon_and_start_up_warns_when_noise_drowns_the_up
         out = capsys.readouterr().out
         assert ("noise's expected norm is 24 times" in out) == warned, out
         assert "round 2/2 | loss" in out and " | epsilon " in out
+
+
+PLUGIN = '''
+import numpy as np
+from fedrun.federation.participation import Participation
+
+
+class Claimed(Participation):
+    """Declares poisson sampling; draws the first 4 clients every round and gives no probabilities."""
+    name, sampling = "claimed", "poisson"
+
+    def _draw(self, t):
+        return np.arange(self.num_clients) < 4
+
+
+class Lying(Claimed):
+    """Declares poisson sampling with probability 0 for the clients it draws."""
+    name = "lying"
+
+    def probabilities(self, t):
+        return np.where(np.arange(self.num_clients) < 4, 0.0, 0.5)
+'''
+
+
+def test_a_plugin_declaring_poisson_sampling_earns_amplification_only_with_checkable_probabilities(
+        tmp_path, monkeypatch, capsys):
+    """Without probabilities(t) the runtime cannot check the declaration: no amplification (said at start-up;
+    epsilon is the worst client's composition); with probabilities that contradict the draws: one line."""
+    (tmp_path / "claimedpattern.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    common = [*BASE, "run.rounds=3", "privacy.mode=central", f"privacy.noise_multiplier={SIGMA}"]
+    result = fedrun.run({}, [*common, "participation.pattern=claimedpattern:Claimed"], write_files=False,
+                        progress=True)
+    assert "declares poisson sampling but its probabilities(t) is not" in capsys.readouterr().out
+    acc = rdp.RdpAccountant()
+    acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(SIGMA), 3))
+    assert result.metrics[-1]["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+    with pytest.raises(ConfigError, match="declares poisson sampling, but in round 1 some participants have"):
+        fedrun.run({}, [*common, "participation.pattern=claimedpattern:Lying"], write_files=False)

@@ -160,6 +160,12 @@ class Privacy:
         self.central = cfg.mode == "central"
         self._refuse(run.algorithm, decl, run.asynchronous, participation)
         self.sampling = participation.sampling if self.central else "local"
+        self.unamplified = None  # why a pattern declaring poisson sampling is accounted without amplification
+        if self.sampling == "poisson" and not valid_probabilities(participation.probabilities(0), num_clients):
+            self.sampling = "none"
+            self.unamplified = (f"participation.pattern={participation.name} declares poisson sampling but its "
+                                f"probabilities(t) is not P(i in S_t) as {num_clients} numbers in [0, 1]: accounted "
+                                "without amplification by sampling")
         self.participation = participation
         cohort = participation.max_active()
         self.calibrated = cfg.noise_multiplier is None
@@ -296,6 +302,8 @@ class Privacy:
         ``update_noise_multiplier`` sigma_u and the count's ``count_noise`` sigma_b, so that epsilon can be
         recomputed from the records alone) and, when adaptive, ``clip``, the C of the next round."""
         probabilities = self.participation.probabilities(t)
+        if self.sampling == "poisson":
+            self.check_poisson(t, probabilities, participants)
         q = float(np.max(probabilities)) if probabilities is not None and len(probabilities) else 1.0
         accountant = self.state.accountant
         out = {"noise_multiplier": accountant.sigma}
@@ -307,6 +315,18 @@ class Privacy:
         if self.cfg.adaptive_quantile is not None:
             out["clip"] = self.state.clip
         return out
+
+    def check_poisson(self, t: int, probabilities: np.ndarray | None, participants: np.ndarray) -> None:
+        """A pattern that declares poisson sampling is held to it where the runtime can check: every round gives
+        P(i in S_t) for every client, and nobody takes part whose probability is 0. Raises :class:`ConfigError`
+        (one line, status 2) naming the pattern otherwise: its amplification would not be earned."""
+        ok = valid_probabilities(probabilities, self.state.accountant.num_clients)
+        if ok and (not len(participants) or float(np.min(probabilities[participants])) > 0):
+            return
+        raise ConfigError(f"participation.pattern={self.participation.name}: declares poisson sampling, but in round "
+                          f"{t + 1} " + ("some participants have probability 0 in probabilities(t)" if ok else
+                                         "probabilities(t) is not P(i in S_t) as numbers in [0, 1]") +
+                          "; expected each client drawn independently with the probability it reports")
 
     def over_budget(self, t: int) -> str | None:
         """The line that stops the run before round t when that round would take epsilon past
@@ -416,8 +436,17 @@ class Privacy:
                f"{self.rounds} rounds)") if self.calibrated else ""
         clip = f"clip {self.cfg.clip:g}" + (f" (adaptive to quantile {self.cfg.adaptive_quantile:g})"
                                             if self.cfg.adaptive_quantile is not None else "")
+        why = f" ({self.unamplified})" if self.unamplified else ""
         return (f"privacy {self.cfg.mode}: noise_multiplier {acc.sigma:.6g}{how}, {clip}, {self.cfg.accountant} "
-                f"accountant, {self.sampling.replace('_', ' ')} sampling")
+                f"accountant, {self.sampling.replace('_', ' ')} sampling{why}")
+
+
+def valid_probabilities(probabilities: np.ndarray | None, num_clients: int) -> bool:
+    """``probabilities`` is P(i in S_t) for ``num_clients`` clients: float [N], every value in [0, 1]."""
+    if probabilities is None:
+        return False
+    p = np.asarray(probabilities)
+    return p.shape == (num_clients,) and np.issubdtype(p.dtype, np.floating) and bool(np.all((p >= 0) & (p <= 1)))
 
 
 def plan(participation: Any, sampling: str, rounds: int, num_clients: int) -> tuple[list[float], int]:
