@@ -174,7 +174,9 @@ class Accountant:
         self.sigmas = [float(v) for v in np.asarray(d["sigmas"], dtype=np.float64)] if "sigmas" in d else \
             [saved] * len(self.q)
         counts = np.asarray(d["counts"], dtype=np.int64)
-        self.counts = (counts.reshape(-1, 1) if counts.ndim == 1 else counts).copy()
+        if counts.ndim == 1:  # written before per-round sigmas: one sigma, or no round yet
+            counts = counts.reshape(-1, 1) if self.q else np.zeros((len(counts), 0), dtype=np.int64)
+        self.counts = counts.copy()
         if len(self.sigmas) != len(self.q) or self.counts.shape != (self.num_clients, len(self.levels())):
             raise CheckpointError(f"privacy/: {len(self.q)} rounds' q, {len(self.sigmas)} sigmas and counts of shape "
                                   f"{self.counts.shape} do not fit together ({self.num_clients} clients)")
