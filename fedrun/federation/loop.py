@@ -38,6 +38,7 @@ from fedrun.metrics.mlflow import MlflowLog
 from fedrun.metrics.observer import Observer, Observers, RoundCallback, UserCallback
 from fedrun.metrics.per_client import ClientMetricsFile
 from fedrun.metrics.tensorboard import TensorBoardLog
+from fedrun.privacy.guarantee import noise_source, noise_warning
 from fedrun.runtime.signals import StopSignals, shown
 from fedrun.runtime.world import World
 from fedrun.training.flat_model import module_at
@@ -192,8 +193,8 @@ def _on_screen(setup: Setup, state: RunState, options: RunOptions,
     _say(setup, signals, f"client state {setup.store_choice}")
     if setup.privacy is not None:
         _say(setup, signals, setup.privacy.describe())
-        _say(setup, signals, f"privacy: {setup.privacy.noise_source()}")
-        warning = setup.privacy.noise_warning(setup.dim)
+        _say(setup, signals, f"privacy: {noise_source(setup.privacy)}")
+        warning = noise_warning(setup.privacy, setup.dim)
         if warning:
             _say(setup, signals, warning)
     return Progress(setup.cfg.run.rounds, setup.cfg.run.log_every, signals), callback

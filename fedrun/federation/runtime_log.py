@@ -13,6 +13,7 @@ from typing import Any
 
 from fedrun.errors import writing
 from fedrun.federation.build import RunState, Setup
+from fedrun.privacy.guarantee import guarantee
 from fedrun.runtime.provenance import provenance
 
 
@@ -36,7 +37,7 @@ end."""
             "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],
         }
         if setup.privacy is not None:  # what the epsilon is about (docs/privacy.md)
-            self.data["privacy"] = setup.privacy.guarantee()
+            self.data["privacy"] = guarantee(setup.privacy)
         self._write()
 
     def checkpoint_written(self, next_round: int, path: Path | None, seconds: float) -> None:

@@ -57,7 +57,6 @@ STREAM_LOCAL = 0x44504C5A  # "DPLZ": client i's own noise in local mode, rng(see
 STREAM_COUNT = 0x44504342  # "DPCB": the noise of the adaptive clip's count, rng(seed, t, .)
 ADAPTIVE_LR = 0.2  # eta_C of the geometric clip update (Andrew et al. 2021)
 COUNT_NOISE_SHARE = 20.0  # sigma_b = m / 20 (Andrew et al. 2021)
-NOISE_WARNING = 10.0  # the start-up warning's bound on noise norm / mean update norm (Privacy.noise_warning)
 BUDGET_SLACK = 1e-9  # relative: a calibrated run's last round may exceed the target by the float order of the sums
 
 ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
@@ -135,16 +134,6 @@ class RunShape:
     rounds: int  # T (run.rounds)
     seed: int  # run.seed
     asynchronous: bool  # asynchrony.enabled (refused: the accountant counts synchronous rounds)
-
-
-# the neighbouring relation each accounting class protects (docs/privacy.md, "The guarantee")
-RELATIONS = {
-    "poisson": "add/remove one client: the run with and without all of that client's data",
-    "without_replacement": "replace-one: one client's data replaced by another's (the cohort size is public)",
-    "none": "zero-out: one client's uploads replaced by zero in the rounds the schedule gives it (the schedule "
-            "is public)",
-    "local": "replace-one: one client's data replaced by other data (its reports, and so its presence, are public)",
-}
 
 
 class Privacy:
@@ -386,48 +375,6 @@ class Privacy:
                 raise CheckpointError(f"{where}: privacy/q[{t}] is {q!r}, but participation.pattern="
                                       f"{self.participation.name} gives {want!r} for round {t + 1}; its privacy "
                                       "state does not match its source")
-
-    def guarantee(self) -> dict[str, Any]:
-        """What the run's epsilon is about, for ``runtime.json``'s ``privacy`` (docs/privacy.md, "The guarantee")."""
-        acc = self.state.accountant
-        not_private = ["train_loss"]  # the unnoised mean of the participants' training losses
-        if self.sampling == "poisson":  # who took part is what the sampling hides
-            not_private += ["active_clients", "tau_t", "tau_max", "tau_avg", "tau_avg_client"]
-        return {
-            "unit": "client: everything one client contributes to the run (every upload of every round it joins)",
-            "mode": self.cfg.mode, "sampling": self.sampling, "neighbouring": RELATIONS[self.sampling],
-            "noise_multiplier": acc.sigma, "calibrated": self.calibrated, "clip": self.cfg.clip,
-            "adaptive_quantile": self.cfg.adaptive_quantile, "delta": self.cfg.delta,
-            "accountant": self.cfg.accountant, "noise": self.noise_source(),
-            "reproducible": not self.cfg.secure_noise,
-            "not_private_metrics": not_private,
-        }
-
-    def noise_warning(self, dim: int) -> str | None:
-        """The start-up warning when the noise drowns the update: the mean update of m clipped uploads has norm
-        at most C, the noise in it has expected norm about sigma C sqrt(d) / m (central: one draw on the sum)
-        or sigma C sqrt(d / m) (local: m independent draws), m the expected cohort of round 1. None when that
-        ratio is at most :data:`NOISE_WARNING`."""
-        probabilities = self.participation.probabilities(0) if self.sampling == "poisson" else None
-        m = float(np.sum(probabilities)) if probabilities is not None else float(len(self.participants(0)))
-        sigma = self.state.accountant.sigma
-        if m <= 0 or sigma == 0:
-            return None
-        ratio = sigma * math.sqrt(dim) / (m if self.central else math.sqrt(m))
-        if ratio <= NOISE_WARNING:
-            return None
-        return (f"privacy: warning: the noise's expected norm is {ratio:.0f} times the largest mean update's "
-                f"(sigma {sigma:.4g} x sqrt(d = {dim}) / {'' if self.central else 'sqrt '}m = {m:g} clients a "
-                f"round); above {NOISE_WARNING:g} a model rarely learns: more clients a round, fewer parameters or a "
-                "larger epsilon")
-
-    def noise_source(self) -> str:
-        """Where the noise comes from, and what that makes the run (one line, also printed at start-up)."""
-        if self.cfg.secure_noise:
-            return ("noise from the operating system's entropy (privacy.secure_noise=true): it cannot be regenerated, "
-                    "and this run is not reproducible")
-        return ("noise seeded by run.seed: a reproducible simulation, not a deployment (anyone with config.yaml can "
-                "regenerate and subtract it; privacy.secure_noise=true draws it from the operating system)")
 
     def describe(self) -> str:
         """The start-up line: mode, sigma (and whether it was calibrated), C, accountant, sampling."""
