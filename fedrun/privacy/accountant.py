@@ -123,7 +123,6 @@ class Accountant:
         self._orders = fresh_accountant("rdp", sampling).orders if kind == "rdp" else None
         self._rdp = None if self._orders is None else np.zeros_like(self._orders)
         self._live = fresh_accountant(kind, sampling) if kind == "pld" else None
-        self.restored_sigma: float | None = None  # a checkpoint's sigma, for the caller's check of its source
 
     def levels(self) -> list[float]:
         """The distinct sigmas of the rounds recorded, in order of first use (the columns of ``counts``)."""
@@ -170,7 +169,7 @@ class Accountant:
         sigma of the rounds to come stays this run's (its config's, checked against the checkpoint's by the
         caller); a checkpoint written before ``sigmas`` was recorded used its ``sigma`` in every round."""
         self.q = [float(v) for v in np.asarray(d["q"], dtype=np.float64)]
-        saved = self.restored_sigma = float(np.asarray(d["sigma"]))
+        saved = float(np.asarray(d["sigma"]))
         self.sigmas = [float(v) for v in np.asarray(d["sigmas"], dtype=np.float64)] if "sigmas" in d else \
             [saved] * len(self.q)
         counts = np.asarray(d["counts"], dtype=np.int64)

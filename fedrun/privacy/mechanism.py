@@ -110,6 +110,7 @@ class PrivacyState:
 
     accountant: Accountant
     clip: float
+    restored_sigma: float | None = None  # a resumed checkpoint's privacy/sigma, checked against its source
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {**self.accountant.state_dict(), "clip": np.float64(self.clip)}
@@ -117,6 +118,7 @@ class PrivacyState:
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.accountant.load_state_dict(d)
         self.clip = float(np.asarray(d["clip"]))
+        self.restored_sigma = float(np.asarray(d["sigma"]))
 
 
 def layout(num_clients: int, rounds_done: int) -> dict[str, tuple[int, ...]]:
@@ -365,9 +367,10 @@ class Privacy:
             else:
                 q, worst = plan(saved_planner, self.sampling, saved_rounds, self.num_clients)
                 sigma = calibrate(saved, self.sampling, self.num_clients, self.cohort, q, worst)
-        if acc.restored_sigma != sigma:
-            raise CheckpointError(f"{where}: privacy/sigma is {acc.restored_sigma!r}, but the checkpoint's config "
-                                  f"gives {sigma!r} ({how}); its privacy state does not match its source")
+        restored = self.state.restored_sigma
+        if restored != sigma:
+            raise CheckpointError(f"{where}: privacy/sigma is {restored!r}, but the checkpoint's config gives "
+                                  f"{sigma!r} ({how}); its privacy state does not match its source")
         for t, q in enumerate(acc.q):
             probabilities = self.participation.probabilities(t) if self.sampling == "poisson" else None
             want = rounded(float(np.max(probabilities))) if probabilities is not None else 1.0
