@@ -21,8 +21,8 @@ class RuntimeLog:
     """``runtime.json``: provenance (versions, git commit, hosts, Slurm ids, command line, start time;
     :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks, the local strategy and
     its timings, checkpoint write times and sizes, with privacy its guarantee (unit, neighbouring relation, the
-sigma in use, the noise's source, the metrics it does not cover), and every rank's peak resident memory at the
-end."""
+    sigma in use, the noise's source, the metrics it does not cover), and every rank's peak resident memory at
+    the end."""
 
     def __init__(self, setup: Setup, state: RunState, run_dir: Path | None, resume_s: float | None) -> None:
         self.world, self.clients = setup.world, state.clients
