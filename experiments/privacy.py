@@ -82,8 +82,10 @@ def run_grid(seeds: list[int], summary: Path) -> None:
 def sigma_of(epsilon: float) -> float:
     """The sigma fedrun calibrates for ``epsilon`` in this setup (what the run's start-up line prints)."""
     from fedrun.privacy.accountant import calibrate
+    from fedrun.privacy.config import PrivacyConfig
 
-    return calibrate("rdp", DELTA, "poisson", N, COHORT, epsilon, [COHORT / N] * ROUNDS, 0)
+    cfg = PrivacyConfig(mode="central", target_epsilon=epsilon, delta=DELTA)
+    return calibrate(cfg, "poisson", N, COHORT, [COHORT / N] * ROUNDS, 0)
 
 
 def report() -> None:

@@ -34,6 +34,7 @@ from scipy import stats
 import fedrun
 from fedrun.algorithms import ALGORITHMS
 from fedrun.config import load_config
+from fedrun.errors import ConfigError
 from fedrun.federation.participation.registry import make_participation
 from fedrun.privacy.mechanism import clip_uploads, upload_norms
 
@@ -82,7 +83,10 @@ def test_epsilon_of_uniform_sampling_equals_dp_accounting_without_replacement():
 
 @pytest.mark.parametrize("pattern, mode", [("cyclic", "central"), ("markov", "central"), ("p2", "local")])
 def test_epsilon_without_amplification_is_the_worst_clients_composition(pattern, mode):
-    """Cyclic and Markov participation (and every pattern in local mode): the worst client's k Gaussians."""
+    """Cyclic and Markov participation (and every pattern in local mode): the worst client's k Gaussians. In
+    local mode a client's report itself is public and its data is what is protected: replacing it moves the
+    clipped report by up to 2C, so each round is the Gaussian with multiplier sigma / 2 (issue 42: it was
+    accounted at sigma, 10.9 reported against a true 26.5)."""
     rounds = 9
     got = epsilons([f"privacy.mode={mode}", f"privacy.noise_multiplier={SIGMA}", f"participation.pattern={pattern}"],
                    rounds)
@@ -93,7 +97,8 @@ def test_epsilon_without_amplification_is_the_worst_clients_composition(pattern,
     for t in range(rounds):
         counts += part.active(t)
         acc = rdp.RdpAccountant()
-        acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(SIGMA), int(counts.max())))
+        acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(SIGMA / 2 if mode == "local" else SIGMA),
+                                            int(counts.max())))
         want.append(acc.get_epsilon(1e-5))
     assert got == pytest.approx(want, rel=1e-12)
 
@@ -210,21 +215,24 @@ def test_sigkill_then_resume_is_bit_identical_epsilon_included(tmp_path, extra):
     assert eps == sorted(eps) and eps[0] > 0
     for run in ("whole", "cut"):  # the accountant's state, read back with plain h5py
         with h5py.File(sorted((tmp_path / run).glob("ckpt_*.h5"))[-1], "r") as f:
-            assert f["privacy/q"].shape == (rounds,) and f["privacy/counts"].shape == (7,)
+            assert f["privacy/q"].shape == (rounds,) and f["privacy/counts"].shape == (7, 1)
             assert int(f["privacy/counts"][()].sum()) == sum(r["active_clients"] for r in metrics(tmp_path / run))
 
 
 def test_epsilon_reaches_tensorboard_and_mlflow_as_in_metrics_jsonl(tmp_path):
     """A private run with both sinks on: TensorBoard's reader and the MLflow store hold the same epsilon per
-    round as metrics.jsonl (and it grows)."""
+    round as metrics.jsonl (and it grows), and the sigma in use (calibrated: the config says null) is in
+    runtime.json, MLflow's parameters and every round's record (so TensorBoard's scalars)."""
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir = tmp_path / "run"
     fedrun.run({}, [*BASE, "run.rounds=3", f"run.dir={run_dir}", "privacy.mode=central",
-                    f"privacy.noise_multiplier={SIGMA}", "participation.pattern=p2", "metrics.tensorboard=true",
+                    "privacy.target_epsilon=3", "participation.pattern=p2", "metrics.tensorboard=true",
                     f"metrics.mlflow=sqlite:///{tmp_path / 'mlflow.db'}"])
     want = [r["epsilon"] for r in metrics(run_dir)]
+    sigma = json.loads((run_dir / "runtime.json").read_text())["privacy"]["noise_multiplier"]
+    assert sigma > 0 and [r["noise_multiplier"] for r in metrics(run_dir)] == [sigma] * 3  # the calibrated sigma
     assert len(want) == 3 and 0 < want[0] < want[1] < want[2]
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
@@ -232,5 +240,174 @@ def test_epsilon_reaches_tensorboard_and_mlflow_as_in_metrics_jsonl(tmp_path):
         [(r, pytest.approx(w, rel=1e-6)) for r, w in zip((1, 2, 3), want, strict=True)]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    assert json.loads(client.get_run(run_id).data.params["privacy.noise_multiplier"]) == sigma  # not null
+    assert [e.value for e in events.Scalars("noise_multiplier")] == [pytest.approx(sigma, rel=1e-6)] * 3
     history = sorted(client.get_metric_history(run_id, "epsilon"), key=lambda m: m.step)
     assert [(m.step, m.value) for m in history] == [(r, pytest.approx(w)) for r, w in zip((1, 2, 3), want, strict=True)]
+
+
+def test_a_resume_that_recalibrates_accounts_the_sigma_each_round_used_and_stops_at_the_budget(tmp_path):
+    """cyclic, target_epsilon=5 for 10 rounds, then run.rounds=30 --resume auto (issue 42): the resume
+    calibrates a larger sigma for 30 rounds, but rounds 1-10 used the first sigma and already spent the
+    budget, so no round runs and epsilon stays the one of the 10 rounds run (today: 20 more rounds, epsilon
+    reported from the new sigma's cached vectors at the old sigma's noise)."""
+    run_dir = tmp_path / "run"
+    cfg = [*BASE, f"run.dir={run_dir}", "participation.pattern=cyclic", "privacy.mode=central",
+           "privacy.target_epsilon=5", "eval.every=0"]
+    first = fedrun.run({}, [*cfg, "run.rounds=10"])
+    eps = [r["epsilon"] for r in first.metrics]
+    assert len(eps) == 10 and 4.9 < eps[-1] <= 5 * (1 + 1e-9)
+    again = fedrun.run({}, [*cfg, "run.rounds=30"], resume="auto")
+    records = metrics(run_dir)
+    assert len(records) == 10 and again.stopped and [r["epsilon"] for r in records] == eps
+    sigma = records[0]["noise_multiplier"]
+    assert {r["noise_multiplier"] for r in records} == {sigma}
+    acc = rdp.RdpAccountant()  # every client of a 20-client cyclic run with 4 a round joined twice in 10 rounds
+    acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(sigma), 2))
+    assert eps[-1] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+
+
+def test_adaptive_clipping_counts_the_shifted_b_whose_sensitivity_is_one_half():
+    """Adding one client, within the clip or not, moves the noised sum sum_i (b_i - 1/2) + N(0, sigma_b^2) by
+    exactly +-1/2 (Andrew et al.'s shift), the sensitivity sigma_u's formula assumes; read back from
+    C_{t+1} = C_t exp(-eta_C (b_t - gamma)), b_t = that sum / m + 1/2, with the round's noise held fixed
+    (today's unshifted count moves by 1 or 0: 2.84 reported against a true 5.03)."""
+    fed = federation(load_config(None, [*BASE, "participation.pattern=p2", "privacy.mode=central",
+                                        "privacy.noise_multiplier=1.1", "privacy.adaptive_quantile=0.5"]))
+    privacy, m, t = fed.setup.privacy, 4, 3
+
+    def noised_sum(within: int, reported: int) -> float:
+        privacy._count = float(within)
+        log_ratio = math.log(privacy.next_clip(1.0, m, reported, t))
+        return m * (-log_ratio / 0.2 + 0.5 - 0.5)  # m (b_t - gamma) with gamma = 1/2: the noised shifted sum
+
+    base = noised_sum(2, 3)
+    assert noised_sum(3, 4) - base == pytest.approx(0.5, abs=1e-12)  # one more client within the clip
+    assert noised_sum(2, 4) - base == pytest.approx(-0.5, abs=1e-12)  # one more client outside it
+    sigma_u, sigma_b = privacy.update_multiplier(m), privacy.count_noise(m)
+    assert sigma_u ** -2 + (2 * sigma_b) ** -2 == pytest.approx(1.1 ** -2, rel=1e-12)
+
+
+def test_an_empty_round_under_a_fixed_pattern_with_adaptive_clipping_runs():
+    """markov with probability 0.0005: most rounds have nobody; the adaptive clip keeps C_t through them
+    (today: ZeroDivisionError)."""
+    result = fedrun.run({}, [*BASE, "run.rounds=4", "participation.pattern=markov", "participation.probability=0.0005",
+                             "privacy.mode=central", "privacy.noise_multiplier=1.1", "privacy.adaptive_quantile=0.5",
+                             "privacy.clip=0.3"], write_files=False)
+    assert len(result.metrics) == 4 and 0 in [r["active_clients"] for r in result.metrics]
+    for before, now in zip([{"clip": 0.3}, *result.metrics], result.metrics, strict=False):
+        if now["active_clients"] == 0:
+            assert now["clip"] == before["clip"]
+
+
+@pytest.mark.parametrize("override, needle", [("privacy.target_epsilon=1e15", "privacy.target_epsilon"),
+                                              ("privacy.noise_multiplier=1e300", "privacy.noise_multiplier")])
+def test_absurd_privacy_values_are_refused_at_the_door(override, needle):
+    proc = subprocess.run([sys.executable, "-m", "fedrun", "train", "--quiet", "run.dir=/nonexistent/never", *BASE,
+                           "privacy.mode=central", override], capture_output=True, text=True, env=child_env(), cwd=REPO)
+    assert one_line_problems(proc.returncode, proc.stderr, needle) == [], proc.stderr
+
+
+def forge(path, name: str, value: np.ndarray) -> None:
+    """Rewrite dataset ``name`` of checkpoint ``path`` with ``value`` and a matching crc32 (issue 46's forger)."""
+    import zlib
+    with h5py.File(path, "r+") as f:
+        f[name][...] = value
+        f[name].attrs["crc32"] = np.uint32(zlib.crc32(np.ascontiguousarray(f[name][()]).tobytes()))
+
+
+@pytest.mark.parametrize("name, value, needle", [("privacy/sigma", np.float64(50.0), "privacy/sigma is 50.0"),
+                                                 ("privacy/q", np.array([0.2, 0.01, 0.2]), "privacy/q[1]")])
+def test_a_forged_privacy_state_is_refused_on_resume(tmp_path, name, value, needle):
+    """privacy/sigma rewritten to 50 (or a round's q lowered) with a recomputed CRC: the resume checks the state
+    against the config that wrote it and refuses with one line, status 2, writing nothing (issue 46: epsilon
+    fell from 4.1 to 0.04)."""
+    run_dir = tmp_path / "run"
+    args = [*BASE, f"run.dir={run_dir}", "participation.pattern=p2", "privacy.mode=central",
+            "privacy.noise_multiplier=1.1"]
+    fedrun.run({}, [*args, "run.rounds=3"])
+    ckpt = sorted(run_dir.glob("ckpt_*.h5"))[-1]
+    forge(ckpt, name, value)
+    before = sorted(p.name for p in run_dir.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "fedrun", "train", "--quiet", "--resume", "auto", *args,
+                           "run.rounds=6"], capture_output=True, text=True, env=child_env(), cwd=REPO)
+    assert one_line_problems(proc.returncode, proc.stderr, needle) == [], proc.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_runtime_json_states_the_guarantee_and_secure_noise_cannot_be_regenerated(tmp_path):
+    """runtime.json's privacy section names the unit, the neighbouring relation and the sigma in use, and
+    marks the metrics that are not private (under Poisson: the cohort size too). With privacy.secure_noise the
+    noise is still N(0, sigma^2 C^2) but not the noise run.seed gives, and the run says it is not
+    reproducible (issue 42)."""
+    cfg = ["data.name=synthetic", "data.synthetic.shape=[80]", "data.num_clients=10", "model.name=logistic",
+           "run.dtype=float64", "local.lr=0", "local.steps=1", "eval.every=0", "participation.clients_per_round=5",
+           "run.rounds=1", "local.strategy=sequential", "privacy.mode=central", "privacy.noise_multiplier=1.7",
+           "privacy.clip=0.3"]
+    x0 = fedrun.run({}, [*cfg, "privacy.mode=none"], write_files=False).x
+    seeded = fedrun.run({}, [*cfg, f"run.dir={tmp_path / 'seeded'}"]).x
+    secure = fedrun.run({}, [*cfg, f"run.dir={tmp_path / 'secure'}", "privacy.secure_noise=true"]).x
+    z = (secure - x0) * 5
+    assert stats.kstest(z, "norm", args=(0, 1.7 * 0.3)).pvalue > 1e-3
+    assert not np.array_equal(secure, seeded)  # drawn from the OS's entropy: not the seed's draw
+    facts = {run: json.loads((tmp_path / run / "runtime.json").read_text())["privacy"] for run in ("seeded", "secure")}
+    assert facts["seeded"]["reproducible"] is True and "simulation, not a deployment" in facts["seeded"]["noise"]
+    assert facts["secure"]["reproducible"] is False and "not reproducible" in facts["secure"]["noise"]
+    assert facts["seeded"]["unit"].startswith("client") and facts["seeded"]["noise_multiplier"] == 1.7
+    assert facts["seeded"]["sampling"] == "without_replacement" and "replace-one" in facts["seeded"]["neighbouring"]
+    assert facts["seeded"]["not_private_metrics"] == ["train_loss"]
+    poisson = fedrun.run({}, [*cfg, f"run.dir={tmp_path / 'p2'}", "participation.pattern=p2"])
+    facts = json.loads((tmp_path / "p2" / "runtime.json").read_text())["privacy"]
+    assert "add/remove" in facts["neighbouring"] and "active_clients" in facts["not_private_metrics"]
+    assert set(facts["not_private_metrics"]) <= set(poisson.metrics[0])
+
+
+def test_progress_line_shows_epsilon_and_start_up_warns_when_noise_drowns_the_update(capsys):
+    """The noise's expected norm sigma sqrt(d) / m against the mean update's (at most C): d = 810 and sigma 1.7
+    give 9.7 with 5 clients a round (no warning at the bound 10) and 24 with 2 (a warning)."""
+    cfg = ["data.name=synthetic", "data.synthetic.shape=[80]", "data.num_clients=10", "model.name=logistic",
+           "local.steps=1", "eval.every=0", "run.rounds=2", "privacy.mode=central", "privacy.noise_multiplier=1.7"]
+    for cohort, warned in ((5, False), (2, True)):
+        fedrun.run({}, [*cfg, f"participation.clients_per_round={cohort}"], write_files=False, progress=True)
+        out = capsys.readouterr().out
+        assert ("noise's expected norm is 24 times" in out) == warned, out
+        assert "round 2/2 | loss" in out and " | epsilon " in out
+
+
+PLUGIN = '''
+import numpy as np
+from fedrun.federation.participation import Participation
+
+
+class Claimed(Participation):
+    """Declares poisson sampling; draws the first 4 clients every round and gives no probabilities."""
+    name, sampling = "claimed", "poisson"
+
+    def _draw(self, t):
+        return np.arange(self.num_clients) < 4
+
+
+class Lying(Claimed):
+    """Declares poisson sampling with probability 0 for the clients it draws."""
+    name = "lying"
+
+    def probabilities(self, t):
+        return np.where(np.arange(self.num_clients) < 4, 0.0, 0.5)
+'''
+
+
+def test_a_plugin_declaring_poisson_sampling_earns_amplification_only_with_checkable_probabilities(
+        tmp_path, monkeypatch, capsys):
+    """Without probabilities(t) the runtime cannot check the declaration: no amplification (said at start-up;
+    epsilon is the worst client's composition); with probabilities that contradict the draws: one line."""
+    (tmp_path / "claimedpattern.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    common = [*BASE, "run.rounds=3", "privacy.mode=central", f"privacy.noise_multiplier={SIGMA}"]
+    result = fedrun.run({}, [*common, "participation.pattern=claimedpattern:Claimed"], write_files=False,
+                        progress=True)
+    assert "declares poisson sampling but its probabilities(t) is not" in capsys.readouterr().out
+    acc = rdp.RdpAccountant()
+    acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(SIGMA), 3))
+    assert result.metrics[-1]["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+    with pytest.raises(ConfigError, match="declares poisson sampling, but in round 1 some participants have"):
+        fedrun.run({}, [*common, "participation.pattern=claimedpattern:Lying"], write_files=False)

@@ -24,12 +24,13 @@ import numpy as np
 import torch
 
 from fedrun.checkpoint import list_checkpoints
-from fedrun.config import Config
+from fedrun.config import Config, config_from_dict
 from fedrun.errors import CheckpointError, ConfigError, argument, on_every_rank, writing
 from fedrun.federation import resume as resume_policy
 from fedrun.federation import snapshot
 from fedrun.federation.build import RunState, Setup, build
 from fedrun.federation.cadence import Checkpoints
+from fedrun.federation.participation.registry import make_participation
 from fedrun.federation.rounds import CLIENT_ARRAYS
 from fedrun.federation.runtime_log import RuntimeLog
 from fedrun.metrics import observer as sinks
@@ -38,6 +39,7 @@ from fedrun.metrics.mlflow import MlflowLog
 from fedrun.metrics.observer import Observer, Observers, RoundCallback, UserCallback
 from fedrun.metrics.per_client import ClientMetricsFile
 from fedrun.metrics.tensorboard import TensorBoardLog
+from fedrun.privacy.guarantee import noise_source, noise_warning
 from fedrun.runtime.signals import StopSignals, shown
 from fedrun.runtime.world import World
 from fedrun.training.flat_model import module_at
@@ -94,8 +96,11 @@ def train(cfg: Config, world: World, run_dir: Path | None, options: RunOptions) 
     if path is not None and state.next_round == cfg.run.rounds:
         return _finished_already(setup, state, run_dir or path)
     # an unreachable tracking URI is bad input: refused before anything is written, on every rank
+    params = flatten(cfg.to_dict())
+    if setup.privacy is not None:  # the sigma in use (calibrated when the config says null)
+        params["privacy.noise_multiplier"] = setup.privacy.state.accountant.sigma
     tracker = decided_by_root(world, lambda: MlflowLog(run_dir if cfg.metrics.mlflow else None, cfg.metrics,
-                                                       cfg.run.name, flatten(cfg.to_dict())))
+                                                       cfg.run.name, params))
     metrics = MetricsLog(run_dir if world.is_root else None, state.metrics)
     _record_start(setup, state, path, changes, metrics)
     runtime = RuntimeLog(setup, state, run_dir, resume_s)
@@ -136,6 +141,10 @@ def _restore(setup: Setup, state: RunState, path: Path | None, options: RunOptio
         return None
     started = time.perf_counter()
     snapshot.restore(setup, state, path)
+    if setup.privacy is not None:  # the restored privacy state against the config that wrote it
+        saved = config_from_dict(snapshot.saved_config(path))
+        planner = make_participation(saved.participation, setup.num_clients, saved.run.seed, saved.run.rounds)
+        setup.privacy.check_source(saved.privacy, saved.run.rounds, planner, str(path))
     seconds = time.perf_counter() - started
     if world.is_root and options.progress and state.next_round < cfg.run.rounds:
         print(f"fedrun: resumed from {path} after round {state.next_round}", flush=True)
@@ -189,6 +198,10 @@ def _on_screen(setup: Setup, state: RunState, options: RunOptions,
     _say(setup, signals, f"client state {setup.store_choice}")
     if setup.privacy is not None:
         _say(setup, signals, setup.privacy.describe())
+        _say(setup, signals, f"privacy: {noise_source(setup.privacy)}")
+        warning = noise_warning(setup.privacy, setup.dim)
+        if warning:
+            _say(setup, signals, warning)
     return Progress(setup.cfg.run.rounds, setup.cfg.run.log_every, signals), callback
 
 

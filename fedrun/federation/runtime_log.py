@@ -13,13 +13,16 @@ from typing import Any
 
 from fedrun.errors import writing
 from fedrun.federation.build import RunState, Setup
+from fedrun.privacy.guarantee import guarantee
 from fedrun.runtime.provenance import provenance
 
 
 class RuntimeLog:
     """``runtime.json``: provenance (versions, git commit, hosts, Slurm ids, command line, start time;
     :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks, the local strategy, why
-    it was taken and its timings, checkpoint write times and sizes, and every rank's peak resident memory at the end."""
+    it was taken and its timings, checkpoint write times and sizes, with privacy its guarantee (unit,
+    neighbouring relation, the sigma in use, the noise's source, the metrics it does not cover), and every
+    rank's peak resident memory at the end."""
 
     def __init__(self, setup: Setup, state: RunState, run_dir: Path | None, resume_s: float | None) -> None:
         self.world, self.clients = setup.world, state.clients
@@ -35,6 +38,8 @@ class RuntimeLog:
                                                                               "run keeps its strategy)",
             "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],
         }
+        if setup.privacy is not None:  # what the epsilon is about (docs/privacy.md)
+            self.data["privacy"] = guarantee(setup.privacy)
         self._write()
 
     def checkpoint_written(self, next_round: int, path: Path | None, seconds: float) -> None:

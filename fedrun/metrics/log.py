@@ -103,6 +103,9 @@ class Progress(Observer):
             parts.append(f"test acc {100 * entry['test_accuracy']:.2f}%")
         elif "test_loss" in entry:
             parts.append(f"test loss {number(entry['test_loss'])}")
+        if "epsilon" in entry:  # a private run: the privacy spent so far
+            eps = entry["epsilon"]
+            parts.append(f"epsilon {'inf' if eps is None or not math.isfinite(eps) else f'{eps:.4g}'}")
         parts += [f"{per_round:.3f} s/round", f"ETA {_hms(eta)}"]
         print(" | ".join(parts), file=self.stream, flush=True)
 

@@ -12,6 +12,12 @@ from typing import Literal
 
 from fedrun.errors import require
 
+# bounds of what a run can mean and compute (docs/reliability.md): epsilon beyond 100 (a likelihood ratio of e^100)
+# protects nothing and asks dp-accounting's calibration for sigmas whose accounting takes minutes (math domain
+# errors near 1e15); noise beyond 1e6 C is no longer a model update (1e300 overflows the sum to inf)
+MAX_TARGET_EPSILON = 100.0
+MAX_NOISE_MULTIPLIER = 1e6
+
 
 @dataclass
 class PrivacyConfig:
@@ -31,6 +37,9 @@ class PrivacyConfig:
     # adaptive clipping (Andrew et al. 2021) to this quantile of the upload norms, with its own noised count;
     # privacy.clip is then the initial C; null: a fixed C
     adaptive_quantile: float | None = None
+    # true: the noise is drawn from the operating system's entropy, not from run.seed (a deployment's noise, which
+    # nobody can regenerate from the run directory); the run is then not reproducible
+    secure_noise: bool = False
     # gaussian: independent noise every round; bandmf: DP-FTRL's noise correlated over `bands` rounds
     # (fedrun.privacy.bandmf), for schedules whose clients take part at least `bands` rounds apart
     mechanism: Literal["gaussian", "bandmf"] = "gaussian"
@@ -38,10 +47,10 @@ class PrivacyConfig:
 
     def check(self) -> None:
         require(self.clip > 0, "privacy.clip", "a number > 0", self.clip)
-        require(self.noise_multiplier is None or self.noise_multiplier >= 0, "privacy.noise_multiplier",
-                "null or a number >= 0", self.noise_multiplier)
-        require(self.target_epsilon is None or self.target_epsilon > 0, "privacy.target_epsilon",
-                "null or a number > 0", self.target_epsilon)
+        require(self.noise_multiplier is None or 0 <= self.noise_multiplier <= MAX_NOISE_MULTIPLIER,
+                "privacy.noise_multiplier", f"null or a number in [0, {MAX_NOISE_MULTIPLIER:g}]", self.noise_multiplier)
+        require(self.target_epsilon is None or 0 < self.target_epsilon <= MAX_TARGET_EPSILON, "privacy.target_epsilon",
+                f"null or a number in (0, {MAX_TARGET_EPSILON:g}]", self.target_epsilon)
         require(0 < self.delta < 1, "privacy.delta", "a number in (0, 1)", self.delta)
         require(self.adaptive_quantile is None or 0 < self.adaptive_quantile < 1, "privacy.adaptive_quantile",
                 "null or a number in (0, 1)", self.adaptive_quantile)

@@ -17,12 +17,14 @@ vector) and clip C:
   STREAM_LOCAL); everything after is post-processing.
 
 Adaptive clipping (Andrew et al. 2021, ``privacy.adaptive_quantile`` gamma): each participant also
-reports b_i = 1[||u_i|| <= C_t]; rank 0 forms b_t = (sum_i b_i + N(0, sigma_b^2)) / m_t with
-sigma_b = max(m_t / 20, sigma) and sets C_{t+1} = C_t exp(-eta_C (b_t - gamma)), eta_C = 0.2 (the paper's geometric
-update and defaults; the floor sigma keeps sigma_u finite). The two noised sums together are the
-Gaussian mechanism with noise multiplier sigma
-when the update's own multiplier is sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) (the paper's Theorem 1), so
-the accountant counts sigma. The count travels in one extra small reduce and C_{t+1} in one small broadcast.
+reports b_i = 1[||u_i|| <= C_t]; rank 0 forms the shifted, noised share
+b_t = (sum_i (b_i - 1/2) + N(0, sigma_b^2)) / m_t + 1/2 with sigma_b = max(m_t / 20, sigma) and sets
+C_{t+1} = C_t exp(-eta_C (b_t - gamma)), eta_C = 0.2 (the paper's geometric update and defaults; the floor
+sigma keeps sigma_u finite). One client moves sum_i (b_i - 1/2) by 1/2 (add or remove), so the count is the
+Gaussian mechanism with multiplier 2 sigma_b, and the two noised sums together are the Gaussian mechanism
+with multiplier sigma, sigma^-2 = sigma_u^-2 + (2 sigma_b)^-2, when the update's own multiplier is
+sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) (the paper's Theorem 1): the accountant counts sigma.
+The count travels in one extra small reduce and C_{t+1} in one small broadcast.
 
 Which algorithms central DP accepts (refused at build with one line, status 2): those whose server step
 is a function of the round's sum and of server state derived only from such sums. Refused: an algorithm
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedrun.errors import ConfigError
+from fedrun.errors import CheckpointError, ConfigError
 from fedrun.privacy.config import PrivacyConfig
 from fedrun.protocol import Declaration, RoundContext
 from fedrun.runtime.flat import broadcast_from_root, reduce_to_root
@@ -62,10 +65,16 @@ BUDGET_SLACK = 1e-9  # relative: a calibrated run's last round may exceed the ta
 ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
 
 
-def generator(device: torch.device, *keys: int) -> torch.Generator:
-    """A torch generator seeded by a pure function of ``keys`` (seed, round, [client,] stream)."""
+def generator(device: torch.device, *keys: int, secure: bool = False) -> torch.Generator:
+    """A torch generator seeded by a pure function of ``keys`` (seed, round, [client,] stream): anyone who knows
+    the run's seed can regenerate the noise (a reproducible simulation); ``secure``: seeded by 64 bits of the
+    operating system's entropy instead (``secrets``), so the noise cannot be regenerated and the run is not
+    reproducible."""
     g = torch.Generator(device=device)
-    g.manual_seed(int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, np.uint64)[0]))
+    if secure:
+        g.manual_seed(secrets.randbits(64))
+    else:
+        g.manual_seed(int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, np.uint64)[0]))
     return g
 
 
@@ -106,6 +115,7 @@ class PrivacyState:
     accountant: Accountant | BandAccountant
     clip: float
     noise: BandNoise | None = None
+    restored_sigma: float | None = None  # a resumed checkpoint's privacy/sigma, checked against its source
 
     def state_dict(self) -> dict[str, np.ndarray]:
         extra = {} if self.noise is None else self.noise.state_dict()
@@ -116,10 +126,12 @@ class PrivacyState:
         self.clip = float(np.asarray(d["clip"]))
         if self.noise is not None:
             self.noise.load_state_dict(d)
+        self.restored_sigma = float(np.asarray(d["sigma"]))
 
 
 def layout(num_clients: int, rounds_done: int) -> dict[str, tuple[int, ...]]:
-    """The ``privacy/`` datasets of a checkpoint after ``rounds_done`` rounds, with their shapes."""
+    """The ``privacy/`` datasets of a checkpoint after ``rounds_done`` rounds as files without a manifest (the
+    versions before per-round sigmas) wrote them, with their shapes."""
     return {"privacy/sigma": (), "privacy/clip": (), "privacy/q": (rounds_done,), "privacy/counts": (num_clients,)}
 
 
@@ -146,7 +158,13 @@ class Privacy:
         self.names = [e.name for e in decl.up]
         self.central = cfg.mode == "central"
         self._refuse(run.algorithm, decl, run.asynchronous, participation)
-        self.sampling = participation.sampling if self.central else "none"
+        self.sampling = participation.sampling if self.central else "local"
+        self.unamplified = None  # why a pattern declaring poisson sampling is accounted without amplification
+        if self.sampling == "poisson" and not valid_probabilities(participation.probabilities(0), num_clients):
+            self.sampling = "none"
+            self.unamplified = (f"participation.pattern={participation.name} declares poisson sampling but its "
+                                f"probabilities(t) is not P(i in S_t) as {num_clients} numbers in [0, 1]: accounted "
+                                "without amplification by sampling")
         self.participation = participation
         cohort = participation.max_active()
         self.calibrated = cfg.noise_multiplier is None
@@ -160,7 +178,7 @@ class Privacy:
             q, worst = plan(planner, self.sampling, rounds, num_clients)
             sigma = calibrate(cfg, self.sampling, num_clients, cohort, q, worst) if self.band is None else \
                 self.band.calibrate(cfg, worst)
-        self.rounds, self.planner = rounds, planner
+        self.rounds, self.planner, self.num_clients, self.cohort = rounds, planner, num_clients, cohort
         accountant = Accountant(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, sigma) \
             if self.band is None else self.band.accountant(cfg, num_clients, sigma)
         noise = None if self.band is None else self.band.noise(world.device, world.is_root)
@@ -208,7 +226,8 @@ class Privacy:
             sigma = self.state.accountant.sigma
             for row, client in enumerate(ids):
                 z = gaussian_like({k: out[k][row] for k in self.names}, self.names, sigma * clip,
-                                  generator(out[self.names[0]].device, self.seed, t, int(client), STREAM_LOCAL))
+                                  generator(out[self.names[0]].device, self.seed, t, int(client), STREAM_LOCAL,
+                                            secure=self.cfg.secure_noise))
                 for k in self.names:
                     out[k][row] += z[k]
         return out
@@ -228,20 +247,26 @@ class Privacy:
             return rule
 
         def noised(server: dict[str, Tensor], up: dict[str, Tensor], ctx: RoundContext) -> dict[str, Tensor]:
-            m = ctx.num_active
-            if self.sampling == "poisson" and probabilities is not None:
-                m = max(1, round(float(np.sum(probabilities))))
+            m = self.normalizer(probabilities, ctx.num_active)
             sigma, clip = self.update_multiplier(m), self.state.clip
             device = up[self.names[0]].device
-            z = gaussian_like(up, self.names, sigma * clip, generator(device, self.seed, ctx.round, STREAM_CENTRAL))
+            g = generator(device, self.seed, ctx.round, STREAM_CENTRAL, secure=self.cfg.secure_noise)
+            z = gaussian_like(up, self.names, sigma * clip, g)
             if self.state.noise is not None:  # bandmf: round t's row of C^{-1} Z
                 z = self.state.noise.correlate(z, self.names)
             if self.cfg.adaptive_quantile is not None:
-                self.state.clip = self.next_clip(clip, m, ctx.round)
+                self.state.clip = self.next_clip(clip, m, ctx.num_active, ctx.round)
             return rule(server, {k: up[k] + z[k] if k in z else up[k] for k in up},
                         dataclasses.replace(ctx, num_active=m))
 
         return noised
+
+    def normalizer(self, probabilities: np.ndarray | None, num_active: int) -> int:
+        """m_t, the count the server rule divides by: the expected cohort max(1, round(sum_i p_i^t)) under
+        poisson participation, else the round's |S_t| (a public fact of the schedule)."""
+        if self.sampling == "poisson" and probabilities is not None:
+            return max(1, round(float(np.sum(probabilities))))
+        return num_active
 
     def update_multiplier(self, m: int) -> float:
         """The noise multiplier of the summed update: sigma, or with adaptive clipping
@@ -255,11 +280,21 @@ class Privacy:
         """sigma_b = max(m / 20, sigma): the paper's m / 20, and never so small that sigma_u has no solution."""
         return max(m / COUNT_NOISE_SHARE, self.state.accountant.sigma)
 
-    def next_clip(self, clip: float, m: int, t: int) -> float:
-        """C_{t+1} = C_t exp(-eta_C (b_t - gamma)), b_t the noised share of clients within C_t (rank 0)."""
-        noise = float(torch.randn(1, generator=generator(torch.device("cpu"), self.seed, t, STREAM_COUNT),
-                                  dtype=torch.float64)) * self.count_noise(m)
-        share = (self._count + noise) / m
+    def next_clip(self, clip: float, m: int, reported: int, t: int) -> float:
+        """C_{t+1} = C_t exp(-eta_C (b_t - gamma)) with the noised share of clients within C_t (rank 0)
+
+            b_t = (sum_{i in S_t} (b_i - 1/2) + N(0, sigma_b^2)) / m_t + 1/2,   b_i = 1[||u_i|| <= C_t],
+
+        the shifted count of Andrew et al. 2021 (and TF Privacy's quantile estimator): adding or removing one
+        client moves sum_i (b_i - 1/2) by exactly 1/2, the sensitivity :meth:`update_multiplier`'s sigma_u
+        assumes (the unshifted sum_i b_i would move by 1 and spend four times the count's share). ``reported``:
+        |S_t|, the clients whose b_i is in the count. A round nobody took part in (m_t = 0, possible without
+        poisson sampling) keeps C_t: there is no share to estimate, and nobody's data is read."""
+        if m == 0:
+            return clip
+        g = generator(torch.device("cpu"), self.seed, t, STREAM_COUNT, secure=self.cfg.secure_noise)
+        noise = float(torch.randn(1, generator=g, dtype=torch.float64)) * self.count_noise(m)
+        share = (self._count - reported / 2 + noise) / m + 0.5
         return clip * math.exp(-ADAPTIVE_LR * (share - float(self.cfg.adaptive_quantile)))
 
     def after_exchange(self) -> None:
@@ -271,14 +306,36 @@ class Privacy:
 
     # ------------------------------------------------------------------------------------------ accounting
     def record(self, t: int, participants: np.ndarray) -> dict[str, float]:
-        """Round t done with ``participants`` (global ids): the metrics' ``epsilon`` (and ``clip`` when adaptive)."""
+        """Round t done with ``participants`` (global ids): the metrics' ``epsilon``, the noise it actually
+        used (``noise_multiplier``, the sigma accounted; with adaptive clipping also the update's own
+        ``update_noise_multiplier`` sigma_u and the count's ``count_noise`` sigma_b, so that epsilon can be
+        recomputed from the records alone) and, when adaptive, ``clip``, the C of the next round."""
         probabilities = self.participation.probabilities(t)
+        if self.sampling == "poisson":
+            self.check_poisson(t, probabilities, participants)
         q = float(np.max(probabilities)) if probabilities is not None and len(probabilities) else 1.0
-        self.state.accountant.record(q, participants)
-        out = {"epsilon": self.state.accountant.epsilon()}
+        accountant = self.state.accountant
+        out = {"noise_multiplier": accountant.sigma}
+        if self.cfg.adaptive_quantile is not None:
+            m = self.normalizer(probabilities, len(participants))
+            out.update(update_noise_multiplier=self.update_multiplier(m), count_noise=self.count_noise(m))
+        accountant.record(q, participants)
+        out["epsilon"] = accountant.epsilon()
         if self.cfg.adaptive_quantile is not None:
             out["clip"] = self.state.clip
         return out
+
+    def check_poisson(self, t: int, probabilities: np.ndarray | None, participants: np.ndarray) -> None:
+        """A pattern that declares poisson sampling is held to it where the runtime can check: every round gives
+        P(i in S_t) for every client, and nobody takes part whose probability is 0. Raises :class:`ConfigError`
+        (one line, status 2) naming the pattern otherwise: its amplification would not be earned."""
+        ok = valid_probabilities(probabilities, self.state.accountant.num_clients)
+        if ok and (not len(participants) or float(np.min(probabilities[participants])) > 0):
+            return
+        raise ConfigError(f"participation.pattern={self.participation.name}: declares poisson sampling, but in round "
+                          f"{t + 1} " + ("some participants have probability 0 in probabilities(t)" if ok else
+                                         "probabilities(t) is not P(i in S_t) as numbers in [0, 1]") +
+                          "; expected each client drawn independently with the probability it reports")
 
     def over_budget(self, t: int) -> str | None:
         """The line that stops the run before round t when that round would take epsilon past
@@ -296,7 +353,7 @@ class Privacy:
         """Epsilon after round t, before it runs."""
         probabilities = self.participation.probabilities(t)
         q = float(np.max(probabilities)) if probabilities is not None and len(probabilities) else 1.0
-        clients = self.participants(t) if self.sampling == "none" else np.zeros(0, dtype=np.int64)
+        clients = self.participants(t) if self.sampling in ("none", "local") else np.zeros(0, dtype=np.int64)
         return self.state.accountant.epsilon_after_next(q, clients)
 
     def participants(self, t: int) -> np.ndarray:
@@ -309,6 +366,38 @@ class Privacy:
             self.planner.active(self.planner.next_round)
         return np.flatnonzero(self.planner.active(t))
 
+    def check_source(self, saved: PrivacyConfig, saved_rounds: int, saved_planner: Any, where: str) -> None:
+        """A resumed checkpoint's privacy state against its source (issue 46: a rewritten ``privacy/sigma``
+        with a recomputed checksum was accepted and lowered the reported epsilon): its sigma must be its own
+        config's (``saved``: the checkpoint's ``privacy`` section, ``saved_rounds`` its ``run.rounds``,
+        ``saved_planner`` a fresh copy of its pattern) noise multiplier or that config's calibration, and
+        every round's q the pattern's. Raises :class:`CheckpointError` (one line, status 2) otherwise. The
+        rounds to come use this run's sigma (an accepted ``privacy.noise_multiplier``, or a recalibration
+        for a changed ``run.rounds``), and every round is accounted at the sigma it used."""
+        from fedrun.privacy.accountant import calibrate, rounded
+
+        acc = self.state.accountant
+        sigma, how = saved.noise_multiplier, "its privacy.noise_multiplier"
+        if sigma is None:
+            how = f"calibrated for privacy.target_epsilon {saved.target_epsilon:g} over {saved_rounds} rounds"
+            if saved == self.cfg and saved_rounds == self.rounds:
+                sigma = acc.sigma  # this run's calibration had the same inputs
+            else:
+                q, worst = plan(saved_planner, self.sampling, saved_rounds, self.num_clients)
+                sigma = calibrate(saved, self.sampling, self.num_clients, self.cohort, q, worst) \
+                    if self.band is None else self.band.calibrate(saved, worst)
+        restored = self.state.restored_sigma
+        if restored != sigma:
+            raise CheckpointError(f"{where}: privacy/sigma is {restored!r}, but the checkpoint's config gives "
+                                  f"{sigma!r} ({how}); its privacy state does not match its source")
+        for t, q in enumerate(acc.q if self.band is None else ()):  # bandmf's accountant keeps no q
+            probabilities = self.participation.probabilities(t) if self.sampling == "poisson" else None
+            want = rounded(float(np.max(probabilities))) if probabilities is not None else 1.0
+            if q != want:
+                raise CheckpointError(f"{where}: privacy/q[{t}] is {q!r}, but participation.pattern="
+                                      f"{self.participation.name} gives {want!r} for round {t + 1}; its privacy "
+                                      "state does not match its source")
+
     def describe(self) -> str:
         """The start-up line: mode, sigma (and whether it was calibrated), C, accountant, sampling."""
         acc = self.state.accountant
@@ -316,9 +405,18 @@ class Privacy:
                f"{self.rounds} rounds)") if self.calibrated else ""
         clip = f"clip {self.cfg.clip:g}" + (f" (adaptive to quantile {self.cfg.adaptive_quantile:g})"
                                             if self.cfg.adaptive_quantile is not None else "")
+        why = f" ({self.unamplified})" if self.unamplified else ""
         band = "" if self.band is None else self.band.describe()
         return (f"privacy {self.cfg.mode}: noise_multiplier {acc.sigma:.6g}{how}, {clip}, {self.cfg.accountant} "
-                f"accountant, {self.sampling.replace('_', ' ')} sampling{band}")
+                f"accountant, {self.sampling.replace('_', ' ')} sampling{band}{why}")
+
+
+def valid_probabilities(probabilities: np.ndarray | None, num_clients: int) -> bool:
+    """``probabilities`` is P(i in S_t) for ``num_clients`` clients: float [N], every value in [0, 1]."""
+    if probabilities is None:
+        return False
+    p = np.asarray(probabilities)
+    return p.shape == (num_clients,) and np.issubdtype(p.dtype, np.floating) and bool(np.all((p >= 0) & (p <= 1)))
 
 
 def plan(participation: Any, sampling: str, rounds: int, num_clients: int) -> tuple[list[float], int]:
