@@ -51,7 +51,7 @@ class DropoutSeeds:
 
 def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
                       seeds: DropoutSeeds | None = None) -> Oracle:
-    sizes = batches.sizes.cpu().numpy()
+    sizes = np.asarray(batches.sizes)  # the host plan: a client's batch size never reads the device
 
     def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
         g = torch.empty_like(x)
@@ -139,26 +139,27 @@ class Chunks:
         size = max(size, 2 * pad)
         return Chunks(size, size - pad)
 
-    def layout(self, count: int) -> tuple[Tensor, Tensor]:
+    def layout(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """For ``count`` clients: the client each padded row copies and which rows are clients (both
-        ``[groups * size]``; the clients' rows in their order)."""
-        slot = torch.arange(-(-count // self.real) * self.size)
+        ``[groups * size]``, on the host; the clients' rows in their order)."""
+        slot = np.arange(-(-count // self.real) * self.size)
         group, j = slot // self.size, slot % self.size
         source = group * self.real + j
         live = (j < self.real) & (source < count)
-        return torch.where(live, source, group * self.real), live
+        return np.where(live, source, group * self.real), live
 
 
 def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: Chunks) -> Oracle:
     """vmap's oracle on the fixed shapes of ``chunks``, for the padded rows of :meth:`Chunks.layout`: every
     step is padded to ``batches.slots`` example slots, and every slot of a padding row is masked out."""
-    source, live = (t.to(batches.index.device) for t in chunks.layout(batches.index.shape[0]))
+    source_host, live_host = chunks.layout(batches.index.shape[0])
+    source, live = (torch.from_numpy(t).to(batches.index.device, non_blocking=True) for t in (source_host, live_host))
     count, steps, have = batches.index.shape
     index = batches.index[source][:, :, :1].expand(-1, -1, batches.slots).clone()  # a valid row, masked out
     index[:, :, :have] = batches.index[source]
     mask = torch.zeros_like(index, dtype=torch.bool)
     mask[:, :, :have] = batches.mask[source] & live[:, None, None]
-    return vmap_oracle(model, loss_fn, Batches(index=index, mask=mask, sizes=batches.sizes[source],
+    return vmap_oracle(model, loss_fn, Batches(index=index, mask=mask, sizes=np.asarray(batches.sizes)[source_host],
                                                steps=batches.steps, x=batches.x, y=batches.y, slots=batches.slots))
 
 
