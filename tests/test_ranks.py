@@ -3,9 +3,13 @@ backend follows where the ranks run (docs/clusters.md, "Several ranks per GPU").
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
-from helpers import final_model, final_models
+import torch
+from helpers import REPO, child_env, final_model, final_models, mpiexec
 
 from fedrun.runtime.world import collective_backend
 
@@ -62,3 +66,17 @@ def test_two_ranks_on_host_buffers_equal_one_rank_bit_for_bit(tmp_path):
     one, two = final_models(0, tmp_path, configs), final_models(2, tmp_path, configs)
     for name in configs:
         np.testing.assert_array_equal(two[name], one[name])
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_rank_without_its_device_stops_every_rank_with_one_line(tmp_path):
+    """run.device=cuda where no GPU is visible: the ranks still meet, and each stops at once with the one line
+    (exit 2, no traceback, no run directory) instead of waiting for its peers until run.timeout_s."""
+    proc = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "fedrun", "train", "--quiet", "run.rounds=1",
+                           "run.device=cuda", "run.timeout_s=60", f"run.dir={tmp_path / 'run'}"], env=child_env(),
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("fedrun: error: rank 0: run.device=cuda: no CUDA device is visible"), lines
+    assert not (tmp_path / "run").exists()

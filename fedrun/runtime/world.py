@@ -247,7 +247,10 @@ def _init_group(world: World, store: Any, timeout_s: float, problem: str | None)
     network = world.network or {}
     devices = exchange(store, world.rank, world.size, "device", f"!{problem}" if problem else device_key(world.device))
     missing = [(rank, key[1:]) for rank, key in enumerate(devices) if key.startswith("!")]
-    if missing:
+    if missing:  # rank 0 serves the store: it leaves last, once every rank has read what it needs
+        store.set(f"fedrun/device-read/{world.rank}", "1")
+        if world.is_root:
+            store.wait([f"fedrun/device-read/{rank}" for rank in range(world.size)])
         raise LaunchError(f"rank {missing[0][0]}: {missing[0][1]}")
     world.backend, network["collectives"] = collective_backend(devices)
     user_gloo = os.environ.get("GLOO_SOCKET_IFNAME")
