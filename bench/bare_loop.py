@@ -10,6 +10,11 @@ for a sequential design.
     python bench/bare_loop.py --workload W1 [--partition iid] [--rounds 3]
 
 Prints one JSON line (format in bench/common.py).
+
+On a GPU (``bench/gpu.py``) the same floor takes two forms over examples resident on the device: the
+cohort trained one client at a time with torch.optim.SGD (:func:`resident_round`), and the cohort stacked
+into one model per client and trained by ``torch.func.vmap`` (:func:`stacked_round`), which bounds what any
+batching of clients can reach.
 """
 
 from __future__ import annotations
@@ -83,6 +88,57 @@ def run(workload: str = "W1", partition: str = "dirichlet", log=None, **wl_overr
     total = time.perf_counter() - common.PROCESS_START
     return common.result_line("bare", wl.name, partition, round_times, total,
                               acc_by_round[wl.rounds], acc_by_round, threads=torch.get_num_threads())
+
+
+def resident_round(module, x, y, index, lr: float) -> None:
+    """One FedAvg round of the bare GPU loop, in place on ``module``: clients one at a time (client c's step k
+    on the examples ``x[index[c, k]]``, which live on the device like the indices), torch.optim.SGD, and the
+    new global model the mean of the clients' end points."""
+    import torch
+
+    params = list(module.parameters())
+    start = [p.detach().clone() for p in params]
+    total = [torch.zeros_like(p) for p in params]
+    opt = torch.optim.SGD(params, lr=lr)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for c in range(index.shape[0]):
+        with torch.no_grad():
+            for p, w in zip(params, start, strict=True):
+                p.copy_(w)
+        for k in range(index.shape[1]):
+            rows = index[c, k]
+            opt.zero_grad(set_to_none=True)
+            loss_fn(module(x[rows]), y[rows]).backward()
+            opt.step()
+        with torch.no_grad():
+            for t, p in zip(total, params, strict=True):
+                t.add_(p)
+    with torch.no_grad():
+        for p, t in zip(params, total, strict=True):
+            p.copy_(t.div_(index.shape[0]))
+
+
+def stacked_round(module, x, y, index, lr: float) -> None:
+    """The same round with the cohort stacked: one copy of the parameters per client, every client's step k
+    in one ``torch.func.vmap`` of the gradient (dropout masks differ per client), plain SGD by hand."""
+    import torch
+    from torch.func import functional_call, grad, vmap
+
+    clients = index.shape[0]
+    stacked = {n: p.detach().unsqueeze(0).repeat(clients, *([1] * p.dim())) for n, p in module.named_parameters()}
+
+    def loss(params, inputs, targets):
+        return torch.nn.functional.cross_entropy(functional_call(module, params, (inputs,)), targets)
+
+    gradient = vmap(grad(loss), randomness="different")
+    for k in range(index.shape[1]):
+        rows = index[:, k]
+        g = gradient(stacked, x[rows], y[rows])
+        for name, value in stacked.items():
+            value.sub_(g[name], alpha=lr)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.copy_(stacked[name].mean(dim=0))
 
 
 def main(argv=None) -> None:

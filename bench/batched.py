@@ -51,8 +51,10 @@ KERNELS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "a
                      "aten::convolution_backward", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward",
                      "aten::cudnn_convolution", "aten::_convolution"})
 
+# each model's input shape and classes (LEAF-like for the LEAF models, the FedSUM paper's for its CNNs), for
+# every model bench/batched.py and bench/gpu.py may name
 SHAPES = {"cnn_femnist": ((1, 28, 28), 62), "lstm_shakespeare_unrolled": ((80,), 81), "logistic": ((32,), 10),
-          "cnn_cifar10": ((3, 32, 32), 10), "cnn_svhn": ((3, 32, 32), 10), "cnn_mnist": ((1, 28, 28), 10),
+          "cnn_mnist": ((1, 28, 28), 10), "cnn_svhn": ((3, 32, 32), 10), "cnn_cifar10": ((3, 32, 32), 10),
           "resnet18": ((3, 32, 32), 10)}
 
 
@@ -77,7 +79,7 @@ class SyntheticBlock:
 
     def train(self, strategy: str, rows: list[int]) -> torch.Tensor:
         rows_t = torch.as_tensor(rows, device=self.index.device)
-        sizes = torch.full((len(rows), self.steps), self.batch, device=self.index.device)
+        sizes = np.full((len(rows), self.steps), self.batch)
         batches = Batches(index=self.index[rows_t], mask=torch.ones_like(self.index[rows_t], dtype=torch.bool),
                           sizes=sizes, steps=np.full(len(rows), self.steps), x=self.x, y=self.y, slots=self.batch)
         # a model with dropout draws client c's masks from its own stream (round 0), whatever the strategy
@@ -104,7 +106,7 @@ class SyntheticBlock:
 
     def _one(self, client: int) -> Batches:
         index = self.index[client:client + 1]
-        return Batches(index=index, mask=torch.ones_like(index, dtype=torch.bool), sizes=index[:, :, 0] * 0 + 1,
+        return Batches(index=index, mask=torch.ones_like(index, dtype=torch.bool), sizes=np.ones((1, self.steps)),
                        steps=np.ones(1), x=self.x, y=self.y, slots=self.batch)
 
 
@@ -134,7 +136,7 @@ def compare(name: str, clients: int, steps: int, batch: int, reps: int, device: 
     with ``kernels`` also each strategy's kernel seconds per client and local step and the bound."""
     block = SyntheticBlock(name, clients, max(batch * steps, 1), steps, batch, dtype, device)
     rows = list(range(clients))
-    for strategy in strategies:  # warm-up
+    for strategy in strategies if reps > 1 else ():  # warm-up (one turn alone: a check of the script)
         block.train(strategy, rows)
     times: dict[str, list[float]] = {s: [] for s in strategies}
     for _ in range(reps):

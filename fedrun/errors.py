@@ -197,7 +197,7 @@ def report_error(exc: BaseException) -> None:
 def exit_code(exc: BaseException) -> int:
     if isinstance(exc, (RunInterrupted, StartupInterrupted)):
         return EXIT_REQUEUE
-    if isinstance(exc, (ConfigError, DataError, CheckpointError)):
+    if isinstance(exc, (ConfigError, DataError, CheckpointError, LaunchError)):
         return EXIT_BAD_INPUT
     if isinstance(exc, NumericalError):
         return EXIT_NUMERICAL

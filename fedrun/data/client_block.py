@@ -31,7 +31,8 @@ class Batches:
 
     index: Tensor  # [C, K, B] int64 rows of the block tensors (padding repeats a valid row)
     mask: Tensor  # [C, K, B] bool: which slots are real examples
-    sizes: Tensor  # [C, K] int64 real examples per step (0: the client does no step k)
+    sizes: np.ndarray  # [C, K] int64 real examples per step (0: the client does no step k), on the host:
+    # the solver plans its steps from it without reading the device
     steps: np.ndarray  # [C] local steps of each client
     x: Tensor  # the examples ``index`` points into (the resident block, or the planned clients')
     y: Tensor
@@ -114,7 +115,7 @@ class ClientBlock:
         rows = rows_local + starts[:, None, None]
         rows = np.where(mask, rows, starts[:, None, None])
         sizes = mask.sum(axis=-1)
-        return Batches(index=torch.from_numpy(rows).to(self.device),
-                       mask=torch.from_numpy(np.array(mask)).to(self.device),
-                       sizes=torch.from_numpy(sizes).to(self.device), steps=k_i, x=x, y=y,
+        return Batches(index=torch.from_numpy(rows).to(self.device, non_blocking=True),
+                       mask=torch.from_numpy(np.array(mask)).to(self.device, non_blocking=True), sizes=sizes,
+                       steps=k_i, x=x, y=y,
                        slots=int(min(batch_size, self.source.num_examples.max())))

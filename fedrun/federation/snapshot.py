@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from fedrun.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_name
 from fedrun.checkpoint.chain import Chain, ChainTip, base_of
@@ -55,6 +54,7 @@ from fedrun.federation.build import RunState, Setup
 from fedrun.federation.legacy import legacy_manifest
 from fedrun.metrics.log import json_line
 from fedrun.protocol import Entry, Vector
+from fedrun.runtime.flat import broadcast_from_root, recv, send
 from fedrun.state.store import constant_init
 
 _CHUNK_BYTES = 8 << 20  # rows of client state sent to rank 0 (and read back on resume) at a time
@@ -173,8 +173,7 @@ def save(setup: Setup, state: RunState) -> Path | None:
         if error is not None:
             writer.abort()
     failed = torch.tensor([1.0 if error is not None else 0.0], device=world.device)
-    if world.size > 1:
-        dist.broadcast(failed, src=0)
+    broadcast_from_root(world, failed)
     if error is not None:
         raise CheckpointWriteError(f"checkpoint after round {next_round} in {setup.run_dir} failed: {error}; "
                                    "the earlier checkpoints are intact") from None
@@ -210,13 +209,13 @@ def _save_entry(setup: Setup, state: RunState, writer: CheckpointWriter | None, 
                     values = store.gather(torch.as_tensor(rows, device=world.device), [entry.name])[entry.name]
                 ids = torch.as_tensor(rows + blocks[rank][0], device=world.device)
                 if not world.is_root:
-                    dist.send(ids, dst=0)
-                    dist.send(values, dst=0)
+                    send(world, ids, 0)
+                    send(world, values, 0)
             elif world.is_root:
                 ids = torch.empty(k, dtype=torch.int64, device=world.device)
                 values = torch.empty((k, *row_shape), dtype=local.dtype, device=local.device)
-                dist.recv(ids, src=rank)  # received even when the file failed: the sender must not block
-                dist.recv(values, src=rank)
+                recv(world, ids, rank)  # received even when the file failed: the sender must not block
+                recv(world, values, rank)
             if sink is not None:  # rank 0, the file still being written
                 attempt(sink.put, ids.cpu().numpy(), values.cpu().numpy())
     if sink is not None:

@@ -2,10 +2,17 @@
 
 One collective per direction (docs/design.md): uplinks are summed into one flat buffer per rank and reduced
 once; the downlink is one flat broadcast. No per-parameter calls and no pickled objects on the hot path.
+
+Under gloo (ranks on CPUs, or several ranks sharing a GPU: fedrun.runtime.world.collective_backend) every
+collective here runs on a host buffer: a GPU buffer is copied to the host, the collective runs there and the
+result is copied back (:func:`_on_host`), one copy each way per round's exchange. Every collective here only
+moves buffers or adds terms whose sum is exact, so the bits do not depend on the backend.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 import torch
@@ -47,6 +54,19 @@ class FlatLayout:
 GATHER_BYTES = 1 << 22
 
 
+@contextmanager
+def _on_host(world: World, buf: Tensor, back: bool = True) -> Iterator[Tensor]:
+    """The tensor a collective on ``buf`` runs on: ``buf`` itself, or, under gloo with ``buf`` on a GPU, a host
+    copy whose result is copied back into ``buf`` (``back``) afterwards."""
+    if world.backend != "gloo" or buf.device.type == "cpu":
+        yield buf
+        return
+    host = buf.cpu()
+    yield host
+    if back:
+        buf.copy_(host)
+
+
 def _gathers(world: World, buf: Tensor) -> bool:
     return world.size * buf.numel() * buf.element_size() <= GATHER_BYTES
 
@@ -58,13 +78,14 @@ def reduce_to_root(world: World, buf: Tensor) -> Tensor:
     taken does not change its bits: a small buffer is gathered to rank 0 and summed there, a large one reduced
     by the collective."""
     if world.size > 1:
-        if _gathers(world, buf):
-            parts = [torch.empty_like(buf) for _ in range(world.size)] if world.is_root else None
-            dist.gather(buf, parts, dst=0)
-            if parts is not None:
-                torch.sum(torch.stack(parts), dim=0, out=buf)
-        else:
-            dist.reduce(buf, dst=0, op=dist.ReduceOp.SUM)
+        with _on_host(world, buf, back=world.is_root) as wire:
+            if _gathers(world, wire):
+                parts = [torch.empty_like(wire) for _ in range(world.size)] if world.is_root else None
+                dist.gather(wire, parts, dst=0)
+                if parts is not None:
+                    torch.sum(torch.stack(parts), dim=0, out=wire)
+            else:
+                dist.reduce(wire, dst=0, op=dist.ReduceOp.SUM)
     return buf
 
 
@@ -73,17 +94,33 @@ def all_reduce(world: World, buf: Tensor, op: Literal["sum", "max"]) -> Tensor:
     the terms must combine exactly in any order (integers; a max always does): a small buffer is all-gathered
     and combined locally, a large one all-reduced."""
     if world.size > 1:
-        if _gathers(world, buf):
-            parts = [torch.empty_like(buf) for _ in range(world.size)]
-            dist.all_gather(parts, buf)
-            stacked = torch.stack(parts)
-            buf.copy_(stacked.sum(dim=0) if op == "sum" else stacked.amax(dim=0))
-        else:
-            dist.all_reduce(buf, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
+        with _on_host(world, buf) as wire:
+            if _gathers(world, wire):
+                parts = [torch.empty_like(wire) for _ in range(world.size)]
+                dist.all_gather(parts, wire)
+                stacked = torch.stack(parts)
+                wire.copy_(stacked.sum(dim=0) if op == "sum" else stacked.amax(dim=0))
+            else:
+                dist.all_reduce(wire, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
     return buf
 
 
 def broadcast_from_root(world: World, buf: Tensor) -> Tensor:
+    """Rank 0's ``buf`` on every rank, in place."""
     if world.size > 1:
-        dist.broadcast(buf, src=0)
+        with _on_host(world, buf, back=not world.is_root) as wire:
+            dist.broadcast(wire, src=0)
+    return buf
+
+
+def send(world: World, buf: Tensor, dst: int) -> None:
+    """``buf`` to rank ``dst`` (which calls :func:`recv`)."""
+    with _on_host(world, buf, back=False) as wire:
+        dist.send(wire, dst=dst)
+
+
+def recv(world: World, buf: Tensor, src: int) -> Tensor:
+    """``buf`` <- what rank ``src`` sends (:func:`send`), in place."""
+    with _on_host(world, buf) as wire:
+        dist.recv(wire, src=src)
     return buf

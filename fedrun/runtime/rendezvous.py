@@ -92,11 +92,17 @@ def master_store(address: str, port: int, size: int, timeout: datetime.timedelta
                          master_listen_fd=fd, use_libuv=True)
 
 
+def exchange(store: Any, rank: int, size: int, topic: str, value: str) -> list[str]:
+    """Every rank's ``value`` under ``topic``, in rank order, through the store (every rank calls it; usable
+    before the process group exists)."""
+    store.set(f"fedrun/{topic}/{rank}", value)
+    return [store.get(f"fedrun/{topic}/{r}").decode() for r in range(size)]
+
+
 def exchange_peers(store: Any, rank: int, size: int) -> list[tuple[str, int]]:
     """(host, pid) of every rank, in rank order, through the store (every rank calls it)."""
-    store.set(f"fedrun/peer/{rank}", f"{socket.gethostname()} {os.getpid()}")
     peers = []
-    for r in range(size):
-        host, pid = store.get(f"fedrun/peer/{r}").decode().rsplit(" ", 1)
+    for entry in exchange(store, rank, size, "peer", f"{socket.gethostname()} {os.getpid()}"):
+        host, pid = entry.rsplit(" ", 1)
         peers.append((host, int(pid)))
     return peers

@@ -3,9 +3,12 @@
 fedrun is started by ``mpiexec``/``mpirun``, by ``srun`` (with or without an MPI plugin), by ``torchrun``
 (or any launcher that sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, without MPI), or as a plain
 single process. Under MPI, mpi4py is the control plane: it carries the rendezvous address and port and
-small control messages. The data plane is torch.distributed (NCCL on GPUs, gloo on CPUs), initialised
-from a TCPStore that rank 0 binds to a free port chosen by the OS, so two runs on one machine never
-collide (under torchrun, from the store of torchrun's agent at MASTER_ADDR:MASTER_PORT; fedrun.runtime.rendezvous).
+small control messages. The data plane is torch.distributed, initialised from a TCPStore that rank 0
+binds to a free port chosen by the OS, so two runs on one machine never collide (under torchrun, from the
+store of torchrun's agent at MASTER_ADDR:MASTER_PORT; fedrun.runtime.rendezvous).
+Its backend follows where the ranks run (:func:`collective_backend`): NCCL when every rank has a GPU of its
+own, else gloo on host buffers (ranks on CPUs, or several ranks sharing a GPU: a host's ranks take its GPUs
+round-robin, ``local_rank % device_count``).
 What the launcher's environment says is read in fedrun.runtime.launcher; naming a lost rank is
 fedrun.runtime.failures.
 
@@ -32,7 +35,7 @@ import torch.distributed as dist
 from fedrun.errors import ConfigError, LaunchError, RunFailure, one_line, report
 from fedrun.runtime.launcher import int_env, mpi_comm, mpi_launched, split_type_shared, torchrun_env
 from fedrun.runtime.network import choose_interface, ifname_of, is_loopback_name, loopback
-from fedrun.runtime.rendezvous import exchange_peers, listen_address, master_store, rendezvous
+from fedrun.runtime.rendezvous import exchange, exchange_peers, listen_address, master_store, rendezvous
 
 
 @dataclass
@@ -41,7 +44,7 @@ class World:
     size: int
     local_rank: int
     device: torch.device
-    backend: str  # "gloo", "nccl" or "none" (single process)
+    backend: str  # "gloo", "nccl" or "none" (single process); chosen by collective_backend
     comm: Any = None  # mpi4py communicator, or None without MPI
     store: Any = None  # the rendezvous TCPStore, kept alive until every rank has left the group
     peers: list[tuple[str, int]] | None = None  # (host, pid) of every rank, learnt at the rendezvous
@@ -122,6 +125,8 @@ def deterministic_cuda() -> None:
 
 
 def _pick_device(local_rank: int, requested: str) -> torch.device:
+    """The CPU, or the GPU ``local_rank % device_count`` of this host: more ranks than GPUs share them
+    round-robin."""
     if requested == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
@@ -131,6 +136,47 @@ def _pick_device(local_rank: int, requested: str) -> torch.device:
         raise ConfigError("run.device=cuda: no CUDA device is visible to this process; expected a GPU (check "
                           "CUDA_VISIBLE_DEVICES and that torch is a CUDA build), or run.device=auto or cpu")
     return torch.device("cpu")
+
+
+def _device_or_problem(local_rank: int, requested: str, size: int) -> tuple[torch.device, str | None]:
+    """:func:`_pick_device`, or, for one rank of several, the CPU and why its device is missing: the rank still
+    joins the rendezvous and says why there (:func:`_init_group`), so that no peer waits for it in vain."""
+    try:
+        return _pick_device(local_rank, requested), None
+    except LaunchError as exc:
+        if size == 1:
+            raise
+        return torch.device("cpu"), f"{exc} (on {socket.gethostname()})"
+
+
+def device_key(device: torch.device) -> str:
+    """This rank's host and device, as a string that two ranks share exactly when they share the device (a
+    GPU by its UUID, so that ranks which each see their own GPU as cuda:0 are told apart)."""
+    if device.type != "cuda":
+        return f"{socket.gethostname()} cpu"
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return f"{socket.gethostname()} {device if uuid is None else f'cuda-{uuid}'}"
+
+
+def collective_backend(devices: list[str]) -> tuple[str, str]:
+    """The process group's backend for ranks on ``devices`` (every rank's :func:`device_key`), and why.
+
+    NCCL runs one rank per GPU (two NCCL ranks on one device fail: "invalid usage"), so it is taken only
+    when every rank has a GPU that no other rank has. Otherwise gloo, whose collectives fedrun runs on host
+    buffers (fedrun.runtime.flat copies a GPU buffer to the host and back around each one): ranks on CPUs,
+    or several ranks sharing a GPU. The collectives only move and add buffers whose sums are exact
+    (fedrun.runtime.exact_sum), so either backend gives the same bits."""
+    on_cpu = [rank for rank, key in enumerate(devices) if key.endswith(" cpu")]
+    if len(on_cpu) == len(devices):
+        return "gloo", "gloo: the ranks run on CPUs"
+    if on_cpu:
+        return "gloo", f"gloo on host buffers: rank {on_cpu[0]} runs on a CPU"
+    first: dict[str, int] = {}
+    for rank, key in enumerate(devices):
+        if key in first:
+            return "gloo", f"gloo on host buffers: ranks {first[key]} and {rank} share one GPU ({key})"
+        first[key] = rank
+    return "nccl", "nccl: every rank has a GPU of its own"
 
 
 def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
@@ -162,14 +208,14 @@ def init_world(device: str = "auto", timeout_s: float = 120.0) -> World:
     else:
         rank, size, local_rank = 0, 1, 0
         comm = comm if comm is not None and comm.Get_size() == 1 else None
-    dev = _pick_device(local_rank, device)
+    dev, problem = _device_or_problem(local_rank, device, size)
     if size == 1:
         return World(rank=0, size=1, local_rank=0, device=dev, backend="none", comm=comm)
-    backend = "nccl" if dev.type == "cuda" else "gloo"
     with _rendezvous_guard(rank, timeout_s, comm):
         store, network = rendezvous(comm, rank, size, timeout_s)
-        return _init_group(World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend,
-                                 comm=comm, store=store, launcher=launcher, network=network), store, timeout_s)
+        return _init_group(World(rank=rank, size=size, local_rank=local_rank, device=dev, backend="gloo",
+                                 comm=comm, store=store, launcher=launcher, network=network), store, timeout_s,
+                           problem)
 
 
 @contextmanager
@@ -194,10 +240,20 @@ def _rendezvous_guard(rank: int, timeout_s: float, comm: Any) -> Iterator[None]:
         raise failure from None
 
 
-def _init_group(world: World, store: Any, timeout_s: float) -> World:
-    """``init_process_group`` on ``store`` with gloo bound to the chosen interface; every rank's choice
-    ends up in ``world.network["ranks"]``."""
+def _init_group(world: World, store: Any, timeout_s: float, problem: str | None) -> World:
+    """``init_process_group`` on ``store`` with the backend of the ranks' devices (:func:`collective_backend`,
+    learnt through the store) and gloo bound to the chosen interface; every rank's choice ends up in
+    ``world.network["ranks"]``. A rank's ``problem`` (its device is missing) stops every rank, with that one
+    line, before the group is made."""
     network = world.network or {}
+    devices = exchange(store, world.rank, world.size, "device", f"!{problem}" if problem else device_key(world.device))
+    missing = [(rank, key[1:]) for rank, key in enumerate(devices) if key.startswith("!")]
+    if missing:  # rank 0 serves the store: it leaves last, once every rank has read what it needs
+        store.set(f"fedrun/device-read/{world.rank}", "1")
+        if world.is_root:
+            store.wait([f"fedrun/device-read/{rank}" for rank in range(world.size)])
+        raise LaunchError(f"rank {missing[0][0]}: {missing[0][1]}")
+    world.backend, network["collectives"] = collective_backend(devices)
     user_gloo = os.environ.get("GLOO_SOCKET_IFNAME")
     if world.backend == "gloo" and user_gloo and network.get("hosts") == 1:
         # one host: the store stays on loopback, but a GLOO_SOCKET_IFNAME the user set is gloo's
@@ -214,7 +270,7 @@ def _init_group(world: World, store: Any, timeout_s: float) -> World:
     finally:
         if set_gloo:
             del os.environ["GLOO_SOCKET_IFNAME"]
-    mine = {k: network.get(k) for k in ("host", "bind_address", "ifname", "how")}
+    mine = {k: network.get(k) for k in ("host", "bind_address", "ifname", "how")} | {"device": str(world.device)}
     network["ranks"] = world.allgather_object(mine)
     world.peers = exchange_peers(store, world.rank, world.size)
     return world
@@ -225,10 +281,9 @@ def _init_torchrun(env: dict[str, Any], device: str, timeout_s: float) -> World:
     store at MASTER_ADDR:MASTER_PORT (all ranks are clients), or, without an agent store (plain
     RANK/WORLD_SIZE launches), a store that rank 0 serves there."""
     rank, size, local_rank = env["rank"], env["size"], env["local_rank"]
-    dev = _pick_device(local_rank, device)
+    dev, problem = _device_or_problem(local_rank, device, size)
     if size == 1:
         return World(rank=0, size=1, local_rank=0, device=dev, backend="none", launcher="torchrun")
-    backend = "nccl" if dev.type == "cuda" else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s)
     host, port = env["master_addr"], env["master_port"]
     single_host = env["local_size"] == size or is_loopback_name(host)
@@ -245,6 +300,6 @@ def _init_torchrun(env: dict[str, Any], device: str, timeout_s: float) -> World:
         tcp = store = master_store(listen_address(host, bind, single_host), port, size, timeout)
     else:
         tcp = store = dist.TCPStore(host, port, size, False, timeout=timeout)
-    world = World(rank=rank, size=size, local_rank=local_rank, device=dev, backend=backend, store=tcp,
+    world = World(rank=rank, size=size, local_rank=local_rank, device=dev, backend="gloo", store=tcp,
                   launcher="torchrun", network=network)
-    return _init_group(world, store, timeout_s)
+    return _init_group(world, store, timeout_s, problem)

@@ -57,9 +57,9 @@ class DropoutSeeds:
         """Every row's seed for step ``k`` (what :meth:`reseed` seeds, hashed for all rows at once)."""
         return (hash_keys(self.seed, self.round_, self.client_ids, k) >> np.uint64(1)).astype(np.int64)
 
-    def rows(self, source: Tensor) -> DropoutSeeds:
-        """The seeds of the block rows ``source`` (the rows of a padded chunk layout)."""
-        return DropoutSeeds(self.client_ids[source.cpu().numpy()], self.seed, self.round_)
+    def rows(self, source: np.ndarray) -> DropoutSeeds:
+        """The seeds of the block rows ``source`` (the rows of a padded chunk layout, on the host)."""
+        return DropoutSeeds(self.client_ids[np.asarray(source)], self.seed, self.round_)
 
 
 def unbatchable_dropout(module: nn.Module) -> str | None:

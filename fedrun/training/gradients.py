@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
@@ -43,7 +44,7 @@ Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, ro
 
 def sequential_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches,
                       seeds: DropoutSeeds | None = None) -> Oracle:
-    sizes = batches.sizes.cpu().numpy()
+    sizes = np.asarray(batches.sizes)  # the host plan: a client's batch size never reads the device
 
     def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
         g = torch.empty_like(x)
@@ -103,7 +104,7 @@ def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, seeds: Drop
     module = batched_module(model.module)
     dropout = None if seeds is None else BlockDropout.of(module, batches.x[:1])
     batched_loss = batched_loss_fn(model, loss_fn, module if dropout is None else dropout.module, dropout)
-    counts = batches.mask.sum(2).cpu().numpy() if dropout is not None else None
+    counts = np.asarray(batches.sizes) if dropout is not None else None  # examples per row and step, on the host
 
     def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
         # vmap of the forward pass only, then one ordinary backward of the summed losses: the clients are
@@ -145,14 +146,14 @@ class Chunks:
         size = max(size, 2 * pad)
         return Chunks(size, size - pad)
 
-    def layout(self, count: int) -> tuple[Tensor, Tensor]:
+    def layout(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """For ``count`` clients: the client each padded row copies and which rows are clients (both
-        ``[groups * size]``; the clients' rows in their order)."""
-        slot = torch.arange(-(-count // self.real) * self.size)
+        ``[groups * size]``, on the host; the clients' rows in their order)."""
+        slot = np.arange(-(-count // self.real) * self.size)
         group, j = slot // self.size, slot % self.size
         source = group * self.real + j
         live = (j < self.real) & (source < count)
-        return torch.where(live, source, group * self.real), live
+        return np.where(live, source, group * self.real), live
 
 
 def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: Chunks,
@@ -160,15 +161,17 @@ def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: 
     """vmap's oracle on the fixed shapes of ``chunks``, for the padded rows of :meth:`Chunks.layout`: every
     step is padded to ``batches.slots`` example slots, and every slot of a padding row is masked out (and
     draws no dropout noise)."""
-    source, live = (t.to(batches.index.device) for t in chunks.layout(batches.index.shape[0]))
+    source_host, live_host = chunks.layout(batches.index.shape[0])
+    source, live = (torch.from_numpy(t).to(batches.index.device, non_blocking=True) for t in (source_host, live_host))
     count, steps, have = batches.index.shape
     index = batches.index[source][:, :, :1].expand(-1, -1, batches.slots).clone()  # a valid row, masked out
     index[:, :, :have] = batches.index[source]
     mask = torch.zeros_like(index, dtype=torch.bool)
     mask[:, :, :have] = batches.mask[source] & live[:, None, None]
-    padded = Batches(index=index, mask=mask, sizes=batches.sizes[source], steps=batches.steps, x=batches.x,
-                     y=batches.y, slots=batches.slots)
-    return vmap_oracle(model, loss_fn, padded, None if seeds is None else seeds.rows(source))
+    sizes = np.asarray(batches.sizes)[source_host] * live_host[:, None]  # a padding row's steps take no examples
+    padded = Batches(index=index, mask=mask, sizes=sizes, steps=batches.steps, x=batches.x, y=batches.y,
+                     slots=batches.slots)
+    return vmap_oracle(model, loss_fn, padded, None if seeds is None else seeds.rows(source_host))
 
 
 def chunk_size(device: torch.device, dim: int) -> int:

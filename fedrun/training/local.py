@@ -61,10 +61,13 @@ class _Work:
     short: np.ndarray
 
 
-def run_local(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig,
+def run_local(plan: LocalPlan, oracle: Oracle, step_active: np.ndarray, lr: float, cfg: LocalConfig,
               group_size: int | Chunks | None = None) -> LocalResult:
-    """``step_active`` [C, K] bool: whether client c takes step k; ``group_size`` rows per oracle call (or
-    the batched oracle's :class:`Chunks`). A plan without an optimizer takes SGD with ``local.momentum``."""
+    """``step_active`` [C, K] bool, on the host (the plan's ``sizes > 0``): whether client c takes step k;
+    ``group_size`` rows per oracle call (or the batched oracle's :class:`Chunks`). A plan without an optimizer
+    takes SGD with ``local.momentum``. Nothing here reads a tensor back to the host (no ``.item()``,
+    ``float()``, ``bool()``, ``.cpu()``, boolean-mask indexing), so on a GPU the host queues every client's
+    steps without waiting for the device (tests/test_no_sync.py counts such reads)."""
     if isinstance(group_size, Chunks):
         return _chunked(plan, oracle, step_active, lr, cfg, group_size)
     return _solve(_local(plan, oracle, cfg, False), step_active, lr, group_size or plan.start.shape[0])
@@ -77,22 +80,28 @@ def _local(plan: LocalPlan, oracle: Oracle, cfg: LocalConfig, exact: bool) -> _L
 def _chunked(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig,
              chunks: Chunks) -> LocalResult:
     """run_local on the padded rows of ``chunks.layout``; the padding rows take no step."""
-    source, live = (t.to(plan.start.device) for t in chunks.layout(plan.start.shape[0]))
+    source_host, live_host = chunks.layout(plan.start.shape[0])
+    device = plan.start.device
+    source = torch.from_numpy(source_host).to(device, non_blocking=True)
+    live = torch.from_numpy(np.flatnonzero(live_host)).to(device, non_blocking=True)  # an index, not a mask
     scale = plan.lr_scale[source] if isinstance(plan.lr_scale, Tensor) else plan.lr_scale
     state = None if plan.optimizer_state is None else {k: v[source] for k, v in plan.optimizer_state.items()}
     correction = None if plan.correction is None else plan.correction[source]
     padded = replace(plan, start=plan.start[source], correction=correction, lr_scale=scale, optimizer_state=state)
-    out = _solve(_local(padded, oracle, cfg, True), step_active[source] & live[:, None], lr, chunks.size)
+    active = np.asarray(step_active)[source_host] & live_host[:, None]
+    out = _solve(_local(padded, oracle, cfg, True), active, lr, chunks.size)
     return LocalResult(x_end=out.x_end[live], grad_mean=out.grad_mean[live], loss=out.loss[live],
                        optimizer_state={k: v[live] for k, v in out.optimizer_state.items()})
 
 
-def _solve(local: _Local, step_active: Tensor, lr: float, group: int) -> LocalResult:
+def _solve(local: _Local, active_host: np.ndarray, lr: float, group: int) -> LocalResult:
     """The solver on groups of ``group`` rows."""
     plan = local.plan
     x = plan.start.clone()
+    active_host = np.asarray(active_host)
     if plan.steps is not None:
-        step_active = step_active[:, :plan.steps]
+        active_host = active_host[:, :plan.steps]
+    step_active = torch.from_numpy(np.ascontiguousarray(active_host)).to(x.device, non_blocking=True)
     num_clients = x.shape[0]
     step = lr * plan.lr_scale
     if isinstance(step, Tensor):  # per-client scale [C]
@@ -100,7 +109,7 @@ def _solve(local: _Local, step_active: Tensor, lr: float, group: int) -> LocalRe
     work = _Work(x=x, grad_sum=torch.zeros_like(x),
                  loss_sum=torch.zeros(num_clients, dtype=x.dtype, device=x.device),
                  state=local.optimizer.init(x, plan.optimizer_state),
-                 short=(~step_active.all(dim=1)).cpu().numpy())
+                 short=~active_host.all(axis=1))
     for start in range(0, num_clients, group):
         rows = slice(start, min(num_clients, start + group))
         _run_rows(local, work, rows, step[rows] if isinstance(step, Tensor) else step, step_active[rows])
