@@ -200,6 +200,10 @@ def test_resume_in_process_is_exact_and_a_changed_band_count_is_refused(tmp_path
     fedrun.run({}, [*common, "run.rounds=4", f"run.dir={tmp_path / 'short'}"])
     with pytest.raises(CheckpointError, match="privacy/bandmf_bands: the checkpoint's noise was correlated over 4"):
         fedrun.run({}, [*common, "run.rounds=12", f"run.dir={tmp_path / 'short'}"], resume="auto")
+    # one sigma for the whole run: an accepted noise change is refused, not silently accounted at the old sigma
+    changed = [*common, "run.rounds=14", f"run.dir={tmp_path / 'cut'}", f"privacy.noise_multiplier={2 * SIGMA}"]
+    with pytest.raises(ConfigError, match=rf"^privacy.noise_multiplier: the checkpoint's rounds used {SIGMA} and "):
+        fedrun.run({}, changed, resume="auto", accept_changes=("privacy.noise_multiplier",))
 
 
 @pytest.mark.mpi

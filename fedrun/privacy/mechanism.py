@@ -179,6 +179,7 @@ class Privacy:
             sigma = calibrate(cfg, self.sampling, num_clients, cohort, q, worst) if self.band is None else \
                 self.band.calibrate(cfg, worst)
         self.rounds, self.planner, self.num_clients, self.cohort = rounds, planner, num_clients, cohort
+        self.sigma = sigma  # this run's noise multiplier (given, or calibrated for its config)
         accountant = Accountant(cfg.accountant, cfg.delta, self.sampling, num_clients, cohort, sigma) \
             if self.band is None else self.band.accountant(cfg, num_clients, sigma)
         noise = None if self.band is None else self.band.noise(world.device, world.is_root)
@@ -390,6 +391,11 @@ class Privacy:
         if restored != sigma:
             raise CheckpointError(f"{where}: privacy/sigma is {restored!r}, but the checkpoint's config gives "
                                   f"{sigma!r} ({how}); its privacy state does not match its source")
+        if self.band is not None and self.sigma != restored:  # its noise state and accountant hold one sigma
+            raise ConfigError(f"privacy.noise_multiplier: the checkpoint's rounds used {restored!r} and this run's "
+                              f"config gives {self.sigma!r}; privacy.mechanism=bandmf keeps one noise multiplier for "
+                              "the whole run: keep privacy.noise_multiplier (or privacy.target_epsilon and "
+                              "run.rounds) as the checkpoint's config has them")
         for t, q in enumerate(acc.q if self.band is None else ()):  # bandmf's accountant keeps no q
             probabilities = self.participation.probabilities(t) if self.sampling == "poisson" else None
             want = rounded(float(np.max(probabilities))) if probabilities is not None else 1.0
