@@ -41,8 +41,8 @@ from fedrun.models import build_model, uses_randomness  # noqa: E402
 from fedrun.protocol import LocalPlan  # noqa: E402
 from fedrun.training.dropout import DropoutSeeds  # noqa: E402
 from fedrun.training.flat_model import FlatModel  # noqa: E402
-from fedrun.training.gradients import Chunks, chunk_size, local_oracle  # noqa: E402
-from fedrun.training.local import run_local  # noqa: E402
+from fedrun.training.gradients import Chunks, chunk_size  # noqa: E402
+from fedrun.training.local_strategy import Batched, local_strategy  # noqa: E402
 from fedrun.training.losses import cross_entropy  # noqa: E402
 from fedrun.training.strategy import reproducible_strategy  # noqa: E402
 
@@ -84,10 +84,9 @@ class SyntheticBlock:
                           sizes=sizes, steps=np.full(len(rows), self.steps), x=self.x, y=self.y, slots=self.batch)
         # a model with dropout draws client c's masks from its own stream (round 0), whatever the strategy
         seeds = DropoutSeeds(np.asarray(rows), 0, 0) if uses_randomness(self.model.module) else None
-        oracle, group = local_oracle(strategy, self.model, cross_entropy, batches, seeds)
         plan = LocalPlan(start=self.x0.expand(len(rows), -1))
-        out = run_local(plan, oracle, sizes > 0, 0.05, LocalConfig(steps=self.steps, batch_size=self.batch),
-                        group).x_end
+        out = local_strategy(strategy, self.model, cross_entropy, self.x0.device).train(
+            plan, batches, 0.05, LocalConfig(steps=self.steps, batch_size=self.batch), seeds).x_end
         if out.is_cuda:
             torch.cuda.synchronize()
         return out
@@ -96,8 +95,7 @@ class SyntheticBlock:
         """The last client alone against the same client first, in the middle and last of a chunk."""
         clients = self.index.shape[0]
         target = clients - 1
-        chunks = local_oracle("batched", self.model, cross_entropy, self._one(target))[1]
-        assert isinstance(chunks, Chunks)
+        chunks = Batched(self.model, cross_entropy, self.x0.device).chunks
         others = [c for c in range(clients) if c != target][:chunks.real - 1]
         alone = self.train("batched", [target])[0]
         places = [[target, *others], [*others[:len(others) // 2], target, *others[len(others) // 2:]],

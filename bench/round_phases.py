@@ -31,7 +31,7 @@ import workloads
 from fedrun_side import prepare
 
 from fedrun.config import load_config
-from fedrun.federation import client_trainer, rounds
+from fedrun.federation import rounds
 from fedrun.federation.build import build
 from fedrun.runtime.world import init_world
 
@@ -58,14 +58,13 @@ def instrument(setup, state) -> None:
     for name in ("begin", "hold", "release", "end"):
         setattr(schedule, name, timed("schedule", getattr(schedule, name)))
     trainer.block.batches = timed("batches", trainer.block.batches)
-    real_oracle = client_trainer.local_oracle
+    strategy, real_oracle = state.strategy, state.strategy.oracle
 
-    def local_oracle(*args, **kwargs):
-        oracle, group = real_oracle(*args, **kwargs)
-        return timed("oracle", oracle), group
+    def oracle(*args, **kwargs):
+        return timed("oracle", real_oracle(*args, **kwargs))
 
-    client_trainer.local_oracle = timed("oracle set-up", local_oracle)
-    client_trainer.run_local = timed("solver", client_trainer.run_local)
+    strategy.oracle = timed("oracle set-up", oracle)
+    strategy.solve = timed("solver", strategy.solve)
     algorithm = trainer.algorithm
     for name in ("local_plan", "client_finish"):
         setattr(algorithm, name, timed("client rules", getattr(algorithm, name)))

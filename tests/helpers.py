@@ -373,7 +373,7 @@ class Sim:
 
     @property
     def strategy(self) -> str:
-        return self.state.strategy
+        return self.state.strategy.name
 
     @property
     def server(self) -> dict[str, torch.Tensor]:

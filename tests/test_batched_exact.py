@@ -27,8 +27,8 @@ from fedrun.protocol import LocalPlan
 from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.gemm_conv import GemmConv2d, batched_module
-from fedrun.training.gradients import Chunks, chunk_size, local_oracle
-from fedrun.training.local import run_local
+from fedrun.training.gradients import Chunks, chunk_size
+from fedrun.training.local_strategy import Vmap, local_strategy
 from fedrun.training.losses import cross_entropy, half_squared_error
 from fedrun.training.strategy import EXACT_BATCHED
 
@@ -102,9 +102,9 @@ class Block:
         batches = Batches(index=self.index[rows_t], mask=torch.arange(BATCH) < sizes[:, :, None], sizes=sizes,
                           steps=np.full(len(rows), STEPS), x=self.x, y=self.y, slots=BATCH)
         seeds = DropoutSeeds(np.asarray(rows) + 100, 7, 3) if uses_randomness(self.model.module) else None
-        oracle, group = local_oracle(strategy, self.model, self.loss, batches, seeds)
         plan, cfg = self.plan(rule, rows_t)
-        return run_local(plan, oracle, sizes > 0, 0.05, cfg, group).x_end
+        trainer = local_strategy(strategy, self.model, self.loss, self.x.device)
+        return trainer.train(plan, batches, 0.05, cfg, seeds).x_end
 
 
 def check_places(name: str, dtype: torch.dtype, rule: str) -> None:
@@ -168,7 +168,7 @@ def test_the_written_out_batched_forward_gives_vmaps_bits(name, dtype):
     vmapped = FlatModel(Vmapped(block.model.module))
     assert hasattr(block.model.module, "batched_forward") and not hasattr(vmapped.module, "batched_forward")
     for k in range(STEPS):
-        written, reference = (local_oracle("vmap", m, block.loss, batches)[0](x, slice(0, len(rows)), k)
+        written, reference = (Vmap(m, block.loss, x.device).oracle(batches)(x, slice(0, len(rows)), k)
                               for m in (block.model, vmapped))
         assert torch.count_nonzero(written[0]) > 0
         assert torch.equal(written[0], reference[0]) and torch.equal(written[1], reference[1]), k

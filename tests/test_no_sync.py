@@ -17,7 +17,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fedrun
-from fedrun.federation import client_trainer
+from fedrun.training import local_strategy
 
 # aten ops whose CUDA kernels copy a value to the host (or size an output by data the host must read)
 READING_OPS = {"aten._local_scalar_dense.default", "aten.is_nonzero.default", "aten.nonzero.default",
@@ -105,15 +105,17 @@ BASE = {"run": {"rounds": 1, "seed": 5, "device": "cpu"},
 ])
 def test_local_steps_read_nothing_back(monkeypatch, model, shape, strategy, local):
     seen: list[Counter] = []
-    original = client_trainer.run_local
 
-    def watched(*args, **kwargs):
-        with HostReads() as reads:
-            out = original(*args, **kwargs)
-        seen.append(reads.counts)
-        return out
+    def watched(solver):
+        def solve(*args, **kwargs):
+            with HostReads() as reads:
+                out = solver(*args, **kwargs)
+            seen.append(reads.counts)
+            return out
+        return solve
 
-    monkeypatch.setattr(client_trainer, "run_local", watched)
+    for solver in ("run_local", "run_chunked"):  # the strategies' solvers
+        monkeypatch.setattr(local_strategy, solver, watched(getattr(local_strategy, solver)))
     cfg = {**BASE, "model": {"name": model}, "local": {**BASE["local"], "strategy": strategy, **local},
            "data": {**BASE["data"], "synthetic": {**BASE["data"]["synthetic"], "shape": shape}}}
     if "epochs" in local:

@@ -20,8 +20,7 @@ from fedrun.models import build_model
 from fedrun.protocol import LocalPlan
 from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import local_oracle
-from fedrun.training.local import run_local
+from fedrun.training.local_strategy import local_strategy
 from fedrun.training.strategy import check_strategy, reproducible_strategy
 
 CNN = {"run": {"rounds": 2, "dtype": "float64", "seed": 3, "device": "cpu"},
@@ -90,10 +89,10 @@ def test_a_client_trains_to_the_same_bits_alone_or_with_others(strategy):
     def trained(rows: list[int]) -> torch.Tensor:
         rows = np.asarray(rows)
         batches = block.batches(rows, 0, 0, 4, 3, None, True)
-        oracle, group = local_oracle(strategy, learner.model, learner.loss_fn, batches,
-                                     DropoutSeeds(rows, 0, 0) if learner.random_model else None)
         plan = LocalPlan(start=x0.expand(len(rows), -1))
-        return run_local(plan, oracle, batches.sizes > 0, 0.05, setup.cfg.local, group).x_end
+        seeds = DropoutSeeds(rows, 0, 0) if learner.random_model else None
+        return local_strategy(strategy, learner.model, learner.loss_fn, x0.device).train(
+            plan, batches, 0.05, setup.cfg.local, seeds).x_end
 
     alone, grouped = trained([3])[0], trained([1, 2, 3, 0])[2]
     assert torch.equal(alone, grouped)

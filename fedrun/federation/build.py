@@ -53,6 +53,7 @@ from fedrun.state.disk import DiskStore
 from fedrun.state.rows import ClientRows
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.flat_model import FlatModel
+from fedrun.training.local_strategy import local_strategy
 from fedrun.training.losses import loss_for
 from fedrun.training.strategy import applicable_strategies, check_strategy, reproducible_strategy, time_strategies
 
@@ -146,7 +147,8 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
                       classification=task.task == "classification",
                       test_x=_to_device(task.x_test[test_rows], world.device, dtype),
                       test_y=_to_device(task.y_test[test_rows], world.device, dtype), num_test=len(task.y_test))
-    strategy, timings, reason = _choose_strategy(cfg, world, learner, block, x0, schedule.cohort)
+    name, timings, reason = _choose_strategy(cfg, world, learner, block, x0, schedule.cohort)
+    strategy = local_strategy(name, learner.model, learner.loss_fn, world.device)  # built once; no round asks its name
     client_eval = ClientEval(cfg, world, source, blocks, learner, block) if source.test_examples is not None \
         else None
     placement = Placement(mode, blocks, work, block, world.rank, world.size)

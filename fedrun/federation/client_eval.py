@@ -37,8 +37,7 @@ from fedrun.runtime.flat import reduce_to_root
 from fedrun.runtime.world import World
 from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.evaluate import evaluate_examples
-from fedrun.training.gradients import local_oracle
-from fedrun.training.local import run_local
+from fedrun.training.local_strategy import LocalStrategy
 from fedrun.training.schedule import local_lr
 
 FINETUNE_ROUNDS = 1 << 40  # fine-tuning after round t draws its batches as "round" FINETUNE_ROUNDS + t
@@ -105,7 +104,8 @@ class ClientEval:
         return (a_lo, a_hi, _to_device(x[skip:skip + a_hi - a_lo], self.world.device, self.dtype),
                 _to_device(y[skip:skip + a_hi - a_lo], self.world.device, self.dtype))
 
-    def evaluate(self, x: Tensor, t: int, strategy: str, finetune_steps: int | None = None) -> dict[str, np.ndarray]:
+    def evaluate(self, x: Tensor, t: int, strategy: LocalStrategy,
+                 finetune_steps: int | None = None) -> dict[str, np.ndarray]:
         """Collective: the per-client ``accuracy``/``loss`` of the global model ``x`` after round t (and
         ``finetuned_*`` with ``finetune_steps`` > 0, default ``eval.finetune_steps``; 0 takes the
         personalization path without steps), float64 ``[|S|]`` in the order of ``ids``, NaN where m_i = 0, on rank 0
@@ -143,7 +143,7 @@ class ClientEval:
                     out["finetuned_accuracy"] = tuned_sums[:, 1] / self.counts
         return out
 
-    def _finetuned(self, x: Tensor, t: int, strategy: str, steps: int) -> Tensor:
+    def _finetuned(self, x: Tensor, t: int, strategy: LocalStrategy, steps: int) -> Tensor:
         """``[owned clients, 2]``: loss and correct sums of each owned client's fine-tuned model on its own
         test examples (float64)."""
         cfg, block = self.cfg, self.block
@@ -161,9 +161,7 @@ class ClientEval:
                 batches = block.batches(rows, cfg.run.seed, FINETUNE_ROUNDS + t, cfg.local.batch_size, steps, None,
                                         cfg.local.shuffle)
                 seeds = DropoutSeeds(rows + block.first, cfg.run.seed, FINETUNE_ROUNDS + t) if random_model else None
-                oracle, group_size = local_oracle(strategy, model, loss_fn, batches, seeds)
-                local = run_local(LocalPlan(start=local), oracle, batches.sizes > 0, local_lr(cfg.local, t), cfg.local,
-                                  group_size=group_size).x_end
+                local = strategy.train(LocalPlan(start=local), batches, local_lr(cfg.local, t), cfg.local, seeds).x_end
             for j in range(len(rows)):
                 a, b = offsets[j], offsets[j + 1]
                 if a < b:

@@ -33,8 +33,6 @@ from fedrun.protocol import Clients, Declaration, LocalResult, RoundContext, Vec
 from fedrun.state.store import ClientStore
 from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import local_oracle
-from fedrun.training.local import run_local
 from fedrun.training.losses import LossFn
 
 
@@ -78,8 +76,7 @@ class ClientTrainer:
         batches = block.batches(rows, self.seed, t, local_cfg.batch_size, local_cfg.steps, local_cfg.epochs,
                                 local_cfg.shuffle)
         seeds = DropoutSeeds(rows + block.first, self.seed, t) if learner.random_model else None
-        oracle, group_size = local_oracle(state.strategy, learner.model, learner.loss_fn, batches, seeds)
-        local: LocalResult = run_local(plan, oracle, batches.sizes > 0, ctx.lr, local_cfg, group_size=group_size)
+        local: LocalResult = state.strategy.train(plan, batches, ctx.lr, local_cfg, seeds)
         up, new_state = algorithm.client_finish(down, client_state, local, clients, ctx)
         if self.corruption is not None:  # the runtime corrupts the chosen clients' deltas; the algorithm never knows
             up = self.corruption.apply(up, rows + block.first, t)

@@ -24,6 +24,7 @@ from fedrun.metrics.per_client import summary
 from fedrun.runtime.exact_sum import all_reduce_exact_sum
 from fedrun.runtime.world import World
 from fedrun.training.evaluate import evaluate_examples
+from fedrun.training.local_strategy import LocalStrategy
 
 CLIENT_ARRAYS = "_client_arrays"  # entry key of the per-client arrays of an evaluation (the loop takes them out)
 
@@ -44,7 +45,7 @@ class Evaluation:
         every = self.eval.every
         return t + 1 == self.rounds or (every > 0 and (t + 1) % every == 0)
 
-    def after_round(self, x: Tensor, t: int, strategy: str) -> dict[str, Any]:
+    def after_round(self, x: Tensor, t: int, strategy: LocalStrategy) -> dict[str, Any]:
         """The figures of model ``x`` after round t (collective), the per-client arrays under
         :data:`CLIENT_ARRAYS` (rank 0)."""
         out: dict[str, Any] = self.pooled(x)
@@ -64,7 +65,7 @@ class Evaluation:
             out["test_accuracy"] = correct / count
         return out
 
-    def per_client(self, x: Tensor, t: int, strategy: str) -> dict[str, Any]:
+    def per_client(self, x: Tensor, t: int, strategy: LocalStrategy) -> dict[str, Any]:
         """The distribution over clients of their own test figures after round t (fedrun.metrics.per_client),
         with the per-client arrays under :data:`CLIENT_ARRAYS` (rank 0; collective)."""
         arrays = self.clients.evaluate(x, t, strategy)

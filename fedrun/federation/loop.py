@@ -194,7 +194,7 @@ def _on_screen(setup: Setup, state: RunState, options: RunOptions,
     if not (setup.world.is_root and options.progress):
         return None, callback
     timings = ", ".join(f"{k} {v:.4f} s" for k, v in setup.strategy_timings.items())
-    _say(setup, signals, f"local strategy {state.strategy}" + (f" (timed: {timings})" if timings else ""))
+    _say(setup, signals, f"local strategy {state.strategy.name}" + (f" (timed: {timings})" if timings else ""))
     _say(setup, signals, f"client state {setup.store_choice}")
     if setup.privacy is not None:
         _say(setup, signals, setup.privacy.describe())

@@ -14,6 +14,7 @@ from fedrun.federation.delay import DelayTracker
 from fedrun.federation.schedule import Schedule
 from fedrun.privacy.mechanism import PrivacyState
 from fedrun.state.rows import ClientRows
+from fedrun.training.local_strategy import LocalStrategy
 
 
 @dataclass
@@ -28,7 +29,7 @@ class RunState:
     clients: ClientRows
     schedule: Schedule
     delay: DelayTracker
-    strategy: str  # the local-training strategy (kept on resume)
+    strategy: LocalStrategy  # the local-training strategy, built once (its name is kept on resume)
     metrics: list[dict[str, Any]] = field(default_factory=list)  # one record per finished round (rank 0)
     chain: ChainTip = field(default_factory=ChainTip)  # what the next increment builds on (fedrun.checkpoint.chain)
     privacy: PrivacyState | None = None  # the privacy accountant and the current clip (privacy.mode != none)

@@ -33,7 +33,7 @@ class RuntimeLog:
             "launcher": self.world.launcher, "network": self.world.network,
             "placement": setup.placement.mode, "blocks": setup.placement.blocks, "dim": setup.dim,
             "client_state_bytes_per_rank": state.clients.nbytes, "client_store": setup.store_choice,
-            "local_strategy": state.strategy, "strategy_timings_s": setup.strategy_timings,
+            "local_strategy": state.strategy.name, "strategy_timings_s": setup.strategy_timings,
             "strategy_reason": setup.strategy_reason if resume_s is None else "kept from the checkpoint (a resumed "
                                                                               "run keeps its strategy)",
             "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],

@@ -51,11 +51,13 @@ from fedrun.checkpoint.stateful import Stateful, read_parts, write_parts
 from fedrun.config import config_from_dict
 from fedrun.errors import BrokenChain, CheckpointError, CheckpointWriteError, ConfigError
 from fedrun.federation.build import RunState, Setup
+from fedrun.federation.client_trainer import Learner
 from fedrun.federation.legacy import legacy_manifest
 from fedrun.metrics.log import json_line
 from fedrun.protocol import Entry, Vector
 from fedrun.runtime.flat import broadcast_from_root, recv, send
 from fedrun.state.store import constant_init
+from fedrun.training.local_strategy import local_strategy
 
 _CHUNK_BYTES = 8 << 20  # rows of client state sent to rank 0 (and read back on resume) at a time
 
@@ -81,15 +83,20 @@ class _Server:
 
 @dataclass
 class _Strategy:
-    """``runtime/strategy``: the local-training strategy (a resumed run keeps its checkpoint's)."""
+    """``runtime/strategy``: the local-training strategy's name (a resumed run keeps its checkpoint's, built for
+    this run's model, loss and device)."""
 
     state: RunState
+    learner: Learner
+    device: torch.device
 
     def state_dict(self) -> dict[str, Any]:
-        return {"strategy": self.state.strategy}
+        return {"strategy": self.state.strategy.name}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.state.strategy = str(state["strategy"])
+        name = str(state["strategy"])
+        if name != self.state.strategy.name:
+            self.state.strategy = local_strategy(name, self.learner.model, self.learner.loss_fn, self.device)
 
 
 @dataclass
@@ -125,7 +132,7 @@ def parts(setup: Setup, state: RunState) -> dict[str, Stateful]:
     if setup.world.is_root:
         found["server"] = _Server(state, setup.decl.server, setup.world.device, setup.dtype)
     found.update({"schedule": state.schedule, "history": state.delay, "random": _Seed(setup.cfg.run.seed),
-                  "runtime": _Strategy(state), "metrics": _Metrics(state)})
+                  "runtime": _Strategy(state, setup.learner, setup.world.device), "metrics": _Metrics(state)})
     if state.privacy is not None:
         found["privacy"] = state.privacy
     return found

@@ -14,8 +14,7 @@ Four strategies compute the same arithmetic (up to the order of floating-point s
 * ``batched``: ``vmap`` on fixed-size padded chunks (:class:`Chunks`), whose kernels see the same shapes
   whatever clients share a call.
 
-``local_oracle(strategy, ...)`` builds the oracle of a strategy and the client group size its solver
-uses (all clients at once for vmap, one at a time otherwise).
+:mod:`fedrun.training.local_strategy` builds each strategy once and asks it for its oracle every round.
 """
 
 from __future__ import annotations
@@ -179,19 +178,3 @@ def chunk_size(device: torch.device, dim: int) -> int:
     of the number of ranks or of the cohort, so that every run of a model on a device type calls the same
     kernel shapes."""
     return CHUNK["cuda" if device.type == "cuda" else "cpu", dim > LARGE]
-
-
-def local_oracle(strategy: str, model: FlatModel, loss_fn: LossFn, batches: Batches,
-                 seeds: DropoutSeeds | None = None) -> tuple[Oracle, int | Chunks | None]:
-    """The oracle of ``strategy`` for these clients' ``batches``, and how the solver groups rows for it
-    (:func:`fedrun.training.local.run_local`); ``seeds`` for a model that draws random numbers."""
-    if strategy == "vmap":
-        return vmap_oracle(model, loss_fn, batches, seeds), None
-    if strategy == "batched":
-        chunks = Chunks.of(chunk_size(batches.index.device, model.dim), model.dim)
-        return chunked_oracle(model, loss_fn, batches, chunks, seeds), chunks
-    if strategy == "channels_last":
-        model = FlatModel(model.module, channels_last=True)
-    elif strategy != "sequential":
-        raise ValueError(f"unknown local strategy {strategy!r}")
-    return sequential_oracle(model, loss_fn, batches, seeds), 1

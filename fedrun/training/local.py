@@ -62,14 +62,12 @@ class _Work:
 
 
 def run_local(plan: LocalPlan, oracle: Oracle, step_active: np.ndarray, lr: float, cfg: LocalConfig,
-              group_size: int | Chunks | None = None) -> LocalResult:
+              group_size: int | None = None) -> LocalResult:
     """``step_active`` [C, K] bool, on the host (the plan's ``sizes > 0``): whether client c takes step k;
-    ``group_size`` rows per oracle call (or the batched oracle's :class:`Chunks`). A plan without an optimizer
-    takes SGD with ``local.momentum``. Nothing here reads a tensor back to the host (no ``.item()``,
-    ``float()``, ``bool()``, ``.cpu()``, boolean-mask indexing), so on a GPU the host queues every client's
-    steps without waiting for the device (tests/test_no_sync.py counts such reads)."""
-    if isinstance(group_size, Chunks):
-        return _chunked(plan, oracle, step_active, lr, cfg, group_size)
+    ``group_size`` rows per oracle call (None: all at once). A plan without an optimizer takes SGD with
+    ``local.momentum``. Nothing here reads a tensor back to the host (no ``.item()``, ``float()``, ``bool()``,
+    ``.cpu()``, boolean-mask indexing), so on a GPU the host queues every client's steps without waiting for the
+    device (tests/test_no_sync.py counts such reads). :func:`run_chunked` is the batched oracle's solver."""
     return _solve(_local(plan, oracle, cfg, False), step_active, lr, group_size or plan.start.shape[0])
 
 
@@ -77,8 +75,8 @@ def _local(plan: LocalPlan, oracle: Oracle, cfg: LocalConfig, exact: bool) -> _L
     return _Local(plan, oracle, cfg, plan.optimizer or SGD(cfg.momentum if plan.move else 0.0), exact)
 
 
-def _chunked(plan: LocalPlan, oracle: Oracle, step_active: Tensor, lr: float, cfg: LocalConfig,
-             chunks: Chunks) -> LocalResult:
+def run_chunked(plan: LocalPlan, oracle: Oracle, step_active: np.ndarray, lr: float, cfg: LocalConfig,
+                chunks: Chunks) -> LocalResult:
     """run_local on the padded rows of ``chunks.layout``; the padding rows take no step."""
     source_host, live_host = chunks.layout(plan.start.shape[0])
     device = plan.start.device

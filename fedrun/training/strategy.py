@@ -35,11 +35,9 @@ from fedrun.errors import ConfigError
 from fedrun.protocol import LocalPlan
 from fedrun.training.dropout import unbatchable_dropout
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import local_oracle
-from fedrun.training.local import run_local
+from fedrun.training.local_strategy import local_strategy
 from fedrun.training.losses import LossFn
 
-STRATEGIES = ("sequential", "channels_last", "vmap", "batched")
 MAX_TIMED_CLIENTS = 8  # enough to see vmap's batching gain; bounds the start-up cost
 # built-in models whose batched training is verified exact (tests/test_batched_exact.py: a client alone equals
 # the same client at every tested position of a chunk, float32 and float64); any other model, plugins
@@ -118,18 +116,19 @@ def time_strategies(model: FlatModel, loss_fn: LossFn, block: ClientBlock, x0: t
     active = batches.sizes > 0
     runs = {}
     for name in strategies:
-        oracle, group = local_oracle(name, model, loss_fn, batches)
+        strategy = local_strategy(name, model, loss_fn, x0.device)
+        oracle = strategy.oracle(batches)
         try:
-            run_local(plan, oracle, active, 0.0, cfg, group)  # warm-up (vmap traces its batching rules)
+            strategy.solve(plan, oracle, active, 0.0, cfg)  # warm-up (vmap traces its batching rules)
         except (RuntimeError, NotImplementedError):  # a model torch.func cannot batch
             continue
-        runs[name] = (oracle, group)
+        runs[name] = (strategy, oracle)
     timings = {name: float("inf") for name in runs}
     for _ in range(TIMED_TURNS):
         turn = time.perf_counter()
-        for name, (oracle, group) in runs.items():
+        for name, (strategy, oracle) in runs.items():
             start = time.perf_counter()
-            run_local(plan, oracle, active, 0.0, cfg, group)
+            strategy.solve(plan, oracle, active, 0.0, cfg)
             if x0.is_cuda:
                 torch.cuda.synchronize()
             timings[name] = min(timings[name], time.perf_counter() - start)
