@@ -184,6 +184,7 @@ def _on_screen(setup: Setup, state: RunState, options: RunOptions,
     _say(setup, signals, f"client state {setup.store_choice}")
     if setup.privacy is not None:
         _say(setup, signals, setup.privacy.describe())
+    setup.round.evaluation.say = lambda line: _say(setup, signals, line)  # how far a long evaluation has come
     return Progress(setup.cfg.run.rounds, setup.cfg.run.log_every, signals), callback
 
 
