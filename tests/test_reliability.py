@@ -101,12 +101,67 @@ def test_stopped_rank_is_named_within_the_timeout(tmp_path):
     try:
         out, err = proc.communicate(timeout=60)
     finally:
-        os.kill(pids[1], signal.SIGKILL)
+        if Path(f"/proc/{pids[1]}").exists():  # the survivor ends a stopped peer itself
+            os.kill(pids[1], signal.SIGKILL)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0 and elapsed < 30, (proc.returncode, elapsed, err[-2000:])
     lines = err.strip().splitlines()
     assert len(lines) == 1 and f"rank 1 on host {socket.gethostname()} died or stopped answering" in lines[0], err
     assert "is stopped" in lines[0]
+
+
+@pytest.mark.parametrize(("launcher", "dead"), [("gforker", 0), ("torchrun", 1)])
+def test_a_stopped_rank_is_ended_with_its_job_and_leaves_the_lock_free(tmp_path, launcher, dead):
+    """SIGSTOP of a rank: a survivor names it after run.timeout_s and ends it (SIGKILL): mpiexec.gforker used to
+    leave it stopped, an orphan holding run.dir/.lock (``--resume auto``: "in use"); torchrun waited 30 s more
+    for it. The job ends within run.timeout_s + 10 s and the run resumes at once."""
+    run, bin_dir = tmp_path / "run", Path(sys.executable).parent
+    prefix = {"gforker": [str(bin_dir / "mpiexec.gforker"), "-n", "2", sys.executable],
+              "torchrun": [str(bin_dir / "torchrun"), "--standalone", "--nproc-per-node", "2"]}[launcher]
+    variable = {"gforker": b"PMI_RANK=", "torchrun": b"RANK="}[launcher]
+    proc = subprocess.Popen([*prefix, *train_args(run, 10**6, "checkpoint.every=3", "run.timeout_s=5")],
+                            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list_checkpoints(run)) >= 1, proc)
+    pid = next(p for p in descendants(proc.pid) if variable + str(dead).encode() in _environ(p))
+    start = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0 and elapsed < 5 + 10, (elapsed, err[-2000:])
+    assert f"rank {dead} on host {socket.gethostname()} died or stopped answering (its process {pid} is stopped; " \
+           "ended it" in err, err[-2000:]
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    done = len(list_checkpoints(run)) and checkpoint_round(list_checkpoints(run)[-1])
+    again = subprocess.run([sys.executable, *train_args(run, done + 1), "--resume", "auto"], env=child_env(),
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+
+
+def _environ(pid: int) -> list[bytes]:
+    """The environment entries of process ``pid`` that is python (none for another program or a gone process)."""
+    try:
+        if "python" not in os.path.basename(os.readlink(f"/proc/{pid}/exe")):
+            return []
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def test_checkpoint_every_s_writes_by_the_clock(tmp_path):
+    """``checkpoint.every_s``: a checkpoint after the round in which that many seconds have passed since the last
+    one (``checkpoint.every`` is 0). The default, 600 s, adds none to the short runs of every other test, whose
+    checkpoint lists they assert."""
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, *train_args(run, 300, "checkpoint.every_s=0.3", "checkpoint.keep=1000")],
+                          env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    rounds = [checkpoint_round(p) for p in list_checkpoints(run)]
+    assert len(rounds) >= 3 and rounds[-1] == 300, rounds
+    assert [r["round"] for r in json.loads((run / "runtime.json").read_text())["checkpoints"]] == rounds
 
 
 def test_rank_that_raises_ends_the_job_naming_the_rank(tmp_path):
