@@ -448,3 +448,40 @@ def test_run_directory_made_read_only_or_moved_away_mid_run(tmpfs):
     _one_fault_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), "No such file or directory",
                     str(run))
     assert find_latest_valid(tmpfs / "moved") is not None
+
+
+def test_a_stop_during_the_per_client_evaluation_checkpoints_the_finished_round(tmp_path, monkeypatch):
+    """A real SIGTERM while round 1's per-client evaluation walks its windows: the ranks agree between two windows,
+    the evaluation ends there, the round's record keeps its pooled figures, the checkpoint after round 1 is
+    written and the run stops (exit status 75); resumed, it ends on the bits of a run never stopped."""
+    import fedrun
+    from fedrun.errors import RunInterrupted, exit_code
+    from fedrun.federation import client_eval
+    from fedrun.runtime.signals import StopSignals
+
+    monkeypatch.setattr(client_eval, "WINDOW_EXAMPLES", 32)  # windows of two batches of 16: many of them
+    config = ["data.name=synthetic_fedprox", "data.num_clients=40", "model.name=logistic", "eval.batch_size=16",
+              "local.strategy=sequential", "participation.clients_per_round=4", "run.rounds=2", "eval.every=1"]
+    whole = fedrun.run({}, [*config, f"run.dir={tmp_path / 'whole'}"])
+    loads, share = [], client_eval.ClientEval._share
+
+    def share_then_signal(self, lo, hi):  # the third window's load: a SIGTERM to this process, as from Slurm
+        loads.append(lo)
+        if len(loads) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return share(self, lo, hi)
+
+    monkeypatch.setattr(client_eval.ClientEval, "_share", share_then_signal)
+    run = tmp_path / "stopped"
+    with pytest.raises(RunInterrupted) as stopped:
+        fedrun.run({}, [*config, f"run.dir={run}"], signals=StopSignals())
+    assert exit_code(stopped.value) == 75 and "after round 1;" in str(stopped.value)
+    assert len(loads) == 3  # nothing evaluated after the window in which the signal came
+    assert [checkpoint_round(p) for p in list_checkpoints(run)] == [1]
+    unstopped = json.loads((tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()[0])
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert any(key.startswith("client_") for key in unstopped), unstopped
+    assert "test_loss" in record and not any(key.startswith("client_") for key in record), record
+    monkeypatch.setattr(client_eval.ClientEval, "_share", share)
+    resumed = fedrun.run({}, [*config, f"run.dir={run}"], resume="auto")
+    assert np.array_equal(resumed.x, whole.x)
