@@ -38,6 +38,7 @@ from torch import Tensor
 from fedrun.config import Config
 from fedrun.data.client_block import ClientBlock
 from fedrun.data.client_source import ClientSource, sample_clients
+from fedrun.errors import EvaluationStopped
 from fedrun.federation.client_trainer import Learner
 from fedrun.protocol import LocalPlan
 from fedrun.runtime.flat import all_reduce, reduce_to_root
@@ -52,10 +53,6 @@ FINETUNE_GROUP = 64  # clients fine-tuned together (bounds the [C, d] local mode
 # a window of the evaluated examples (all ranks' shares together) is loaded, evaluated and reduced at once
 WINDOW_BYTES = 64 << 20  # its examples' inputs, float32 on the host
 WINDOW_EXAMPLES = 1 << 20  # and at most this many examples (the reduced per-example results: 16 bytes each)
-
-
-class EvaluationStopped(Exception):
-    """A stop request reached a rank during an evaluation; every rank raises it between the same windows."""
 
 
 class Watch:

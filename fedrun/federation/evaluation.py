@@ -21,7 +21,8 @@ from typing import Any
 from torch import Tensor
 
 from fedrun.config import EvalConfig
-from fedrun.federation.client_eval import ClientEval, EvaluationStopped, Watch
+from fedrun.errors import EvaluationStopped
+from fedrun.federation.client_eval import ClientEval, Watch
 from fedrun.federation.client_trainer import Learner
 from fedrun.metrics.per_client import summary
 from fedrun.runtime.exact_sum import all_reduce_exact_sum
