@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import REPO, child_env, final_state, metrics, mpiexec, run_ranks, train_args
+from helpers import REPO, child_env, final_state, metrics, mpiexec, run_ranks, slurm_reason, train_args
 
 import fedrun
 from fedrun import catalog
@@ -113,20 +113,25 @@ def test_a_closed_stdout_under_a_launcher_checkpoints_and_exits_75(tmp_path, lau
 
 
 @pytest.mark.mpi
-def test_a_launcher_that_kills_its_ranks_outright_loses_at_most_checkpoint_every_s(tmp_path):
-    """MPICH's default mpiexec (Hydra) dies of a closed terminal's SIGHUP, and its proxies SIGKILL the ranks
-    before they can act: the checkpoints of ``checkpoint.every_s`` are what is left, and the run resumes."""
+@pytest.mark.parametrize(("launcher", "sig"), [("hydra", signal.SIGHUP), ("srun", signal.SIGTERM)])
+def test_a_launcher_that_kills_its_ranks_outright_loses_at_most_checkpoint_every_s(tmp_path, launcher, sig):
+    """MPICH's default mpiexec (Hydra) dies of a closed terminal's SIGHUP, and its proxies SIGKILL the ranks;
+    an srun that made its own allocation answers SIGTERM by cancelling the job (its tasks SIGKILLed). Neither
+    lets the ranks act: the checkpoints of ``checkpoint.every_s`` are what is left, and the run resumes."""
+    if launcher == "srun" and (reason := slurm_reason()):
+        pytest.skip(reason)
+    prefix = {"hydra": [mpiexec(), "-n", "2"], "srun": ["srun", "--nodes=2", "--ntasks=2", "--mpi=none"]}[launcher]
     run = tmp_path / "run"
-    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, *train_args(run, 10**6, ["checkpoint.every_s=0.5"])],
+    proc = subprocess.Popen([*prefix, sys.executable, *train_args(run, 10**6, ["checkpoint.every_s=0.5"])],
                             env=child_env(), cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while len(list(run.glob("ckpt_*.h5"))) < 2 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(1.0)
-    os.killpg(proc.pid, signal.SIGHUP)
+    os.killpg(proc.pid, sig)
     proc.communicate(timeout=120)
-    assert proc.returncode != 75  # the launcher's own death: fedrun had no say
+    assert proc.returncode != 75  # the launcher's own end: fedrun had no say
     done = len((run / "metrics.jsonl").read_text().splitlines())
     kept = final_state(run)["meta/round"]
     assert 2 <= kept <= done
