@@ -299,6 +299,28 @@ def test_a_live_runs_directory_is_locked(tmp_path):
     run_ranks(0, [*train_args(run, 3), "--resume", "auto"])  # released: the run starts
 
 
+def test_a_stopped_holder_whose_launcher_ended_is_proven_stale_and_ended(tmp_path):
+    """A run's process stopped (SIGSTOP) and its launcher (here a shell) killed: the process, re-parented, holds
+    run.dir/.lock for ever. The next run proves it stale (a stopped fedrun process whose parent is not the one it
+    recorded in the lock), ends it and resumes; a live holder is still refused (the test above)."""
+    run = tmp_path / "run"
+    shell = subprocess.Popen(["sh", "-c", f"{sys.executable} {' '.join(train_args(run, 10**6))}; true"],
+                             env=child_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: (run / "metrics.jsonl").exists(), shell)  # the rounds run: it holds the lock
+    pid = next(p for p in descendants(shell.pid) if b"fedrun" in Path(f"/proc/{p}/cmdline").read_bytes())
+    os.kill(pid, signal.SIGSTOP)
+    shell.kill()
+    shell.wait()
+    try:
+        again = run_ranks(0, [*train_args(run, 1), "--resume", "auto"], check=False)
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+    assert again.returncode == 0, again.stderr
+    assert f"held by pid {pid}, a stopped fedrun process whose launcher (pid {shell.pid}) has ended; ended it" \
+        in again.stdout, again.stdout
+
+
 # --------------------------------------------------------------------------------------- security
 
 
