@@ -6,6 +6,8 @@ import copy
 import fcntl
 import json
 import os
+import signal
+import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import IO
@@ -124,20 +126,62 @@ def lock_run_dir(run_dir: Path) -> RunDirLock:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         fh.seek(0)
-        holder = fh.read().strip() or "?"
-        fh.close()
-        raise ConfigError(f"run.dir={run_dir}: in use by another live run (pid {holder}); wait for it to "
-                          "end or choose another run.dir") from None
+        holder = fh.read().split()
+        if not _ended_stale_holder(run_dir, holder) or not _locked_within(fh, STALE_WAIT_S):
+            fh.close()
+            raise ConfigError(f"run.dir={run_dir}: in use by another live run (pid {holder[0] if holder else '?'}); "
+                              "wait for it to end or choose another run.dir") from None
     try:
         with writing(run_dir / ".lock"):
             fh.seek(0)
             fh.truncate()
-            fh.write(f"{os.getpid()}\n")
+            fh.write(f"{os.getpid()} {os.getppid()}\n")  # this process and its launcher (or shell)
             fh.flush()
     except RunFailure:
         RunDirLock(fh, created).release(refused=True)
         raise
     return RunDirLock(fh, created)
+
+
+STALE_WAIT_S = 5.0  # how long a lock of an ended stale holder may take to be released
+
+
+def _ended_stale_holder(run_dir: Path, holder: list[str]) -> bool:
+    """Whether the lock's holder (``holder``: the lock file's ``PID PARENT``) was proven stale and ended: a
+    fedrun process that is stopped (SIGSTOP) and whose parent is no longer the launcher or shell it was
+    started by (that ended: the process was re-parented). Such a rank is left behind by a job that ended,
+    and would hold the run directory for ever; it is ended with SIGKILL, and one line says so. A running
+    holder is a live run, whatever its parent (an orphaned rank may still be writing its checkpoint)."""
+    if len(holder) != 2 or not all(part.isdigit() for part in holder):
+        return False
+    pid, parent = int(holder[0]), int(holder[1])
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False  # gone: a lock still held is some other process's (a forked child's): a live run
+    if stat[0] not in ("T", "t") or int(stat[1]) == parent or b"fedrun" not in command:
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        return False
+    print(f"fedrun: {run_dir / '.lock'}: held by pid {pid}, a stopped fedrun process whose launcher (pid "
+          f"{parent}) has ended; ended it", flush=True)
+    return True
+
+
+def _locked_within(fh: IO[str], seconds: float) -> bool:
+    """Take the exclusive lock of ``fh`` within ``seconds`` (its holder is being ended)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
 
 def write_result(run_dir: Path, metrics: list[dict]) -> None:

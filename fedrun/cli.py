@@ -309,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. participation.pattern=p3")
     sub.add_parser("sweep", help="run a sweep file as a Slurm job array via submitit (fedrun sweep --help)")
     sub.add_parser("report", help="tables and plots of a sweep directory or one run directory (fedrun report --help)")
+    sub.add_parser("torchrun", help="torchrun's arguments, ending with fedrun's exit statuses: 75 after Ctrl-C, no "
+                   "torchrun traceback (docs/reliability.md)")
     p = sub.add_parser("data", help="per-client statistics of the data partition, without training")
     p.add_argument("--config", action=_Once, help="YAML config file")
     p.add_argument("--png", help="save the per-client label distribution (stacked bars and a bubble chart)")
@@ -381,13 +383,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _delegated(name: str) -> Callable[[list[str]], int]:
-    """Commands with their own argument parsers (fedrun.sweep)."""
+    """Commands with their own argument parsers (fedrun.sweep; torchrun's, fedrun.runtime.torchrun)."""
+    if name == "torchrun":
+        from fedrun.runtime import torchrun
+
+        return torchrun.main
     from fedrun.sweep import report_main, sweep_main
 
     return {"sweep": sweep_main, "report": report_main}[name]
 
 
-DELEGATED = ("sweep", "report")
+DELEGATED = ("sweep", "report", "torchrun")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -153,6 +153,11 @@ class RunInterrupted(Exception):
     """A stop signal arrived; the run wrote a checkpoint and can be resumed (exit status 75)."""
 
 
+class EvaluationStopped(Exception):
+    """A stop request reached a rank during an evaluation; every rank raises it between the same windows of
+    clients (fedrun.federation.client_eval), and the run stops after the round with its checkpoint."""
+
+
 class StartupInterrupted(Exception):
     """A stop signal arrived during start-up, before round 1: nothing was written (exit status 75). Raised
     where one rank is, so the ranks do not leave together: the job is ended from the rank that has it."""

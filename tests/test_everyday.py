@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import REPO, child_env, final_state, metrics, mpiexec, run_ranks, train_args
+from helpers import REPO, child_env, final_state, metrics, mpiexec, run_ranks, slurm_reason, train_args
 
 import fedrun
 from fedrun import catalog
@@ -77,15 +78,68 @@ def test_ctrl_c_under_mpiexec_checkpoints_says_one_line_and_exits_75(tmp_path):
     _assert_stopped_after_checkpoint(run, err)
 
 
-def test_ctrl_c_under_torchrun_checkpoints(tmp_path):
-    """torchrun turns the Ctrl-C into SIGTERM for its workers (and reports the signal itself, exit 1)."""
+def test_ctrl_c_under_torchrun_checkpoints_and_exits_75_without_torchruns_traceback(tmp_path):
+    """``fedrun torchrun`` is torchrun's agent with fedrun's statuses: the agent passes the Ctrl-C to its workers
+    (they checkpoint) and its SignalException becomes status 75, with fedrun's line the only one."""
     run = tmp_path / "run"
-    args = train_args(run, 100000, [])
-    proc = _start([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                   *args], run, 3)
+    proc = _start([sys.executable, "-m", "fedrun", "torchrun", "--standalone", "--nproc_per_node", "2",
+                   *train_args(run, 100000, [])], run, 3)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     _assert_stopped_after_checkpoint(run, err)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("launcher", ["gforker", "torchrun"])
+def test_a_closed_stdout_under_a_launcher_checkpoints_and_exits_75(tmp_path, launcher):
+    """``... | head -3`` (pipefail: the launcher's status): rank 0's stdout is the pipe (gforker's own, or inherited
+    from torchrun's agent), the progress line meets it closed, the ranks stop after the round with a checkpoint."""
+    run = tmp_path / "run"
+    prefix = {"gforker": [str(Path(sys.executable).parent / "mpiexec.gforker"), "-n", "2", sys.executable],
+              "torchrun": [sys.executable, "-m", "fedrun", "torchrun", "--standalone", "--nproc_per_node", "2"]}
+    args = [a for a in train_args(run, 100000, []) if a != "--quiet"]  # the progress lines reach head
+    command = shlex.join([*prefix[launcher], *args])
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", f"{command} | head -3"], env=child_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 75, done.stderr[-3000:]
+    assert len(done.stdout.splitlines()) == 3
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+        line for line in done.stderr.splitlines() if line.startswith("fedrun: stopped by a closed stdout after round")]
+    done_rounds = len((run / "metrics.jsonl").read_text().splitlines())
+    assert final_state(run)["meta/round"] == done_rounds >= 1
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("launcher", "sig"), [("hydra", signal.SIGHUP), ("srun", signal.SIGTERM)])
+def test_a_launcher_that_kills_its_ranks_outright_loses_at_most_checkpoint_every_s(tmp_path, launcher, sig):
+    """MPICH's default mpiexec (Hydra) dies of a closed terminal's SIGHUP, and its proxies SIGKILL the ranks;
+    an srun that made its own allocation answers SIGTERM by cancelling the job (its tasks SIGKILLed). Neither
+    lets the ranks act: the checkpoints of ``checkpoint.every_s`` are what is left, and the run resumes."""
+    if launcher == "srun" and (reason := slurm_reason()):
+        pytest.skip(reason)
+    prefix = {"hydra": [mpiexec(), "-n", "2"], "srun": ["srun", "--nodes=2", "--ntasks=2", "--mpi=none"]}[launcher]
+    run = tmp_path / "run"
+    proc = subprocess.Popen([*prefix, sys.executable, *train_args(run, 10**6, ["checkpoint.every_s=0.5"])],
+                            env=child_env(), cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while len(list(run.glob("ckpt_*.h5"))) < 2 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    os.killpg(proc.pid, sig)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 75  # the launcher's own end: fedrun had no say
+    done = len((run / "metrics.jsonl").read_text().splitlines())
+    kept = final_state(run)["meta/round"]
+    assert 2 <= kept <= done
+    records = json.loads((run / "runtime.json").read_text())["checkpoints"]
+    assert len(records) >= 2  # checkpoint.every is 0: each is the clock's
+    again = subprocess.run([sys.executable, *train_args(run, kept + 3, [], resume=True)], env=child_env(), cwd=REPO,
+                           capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stderr
+    assert final_state(run)["meta/round"] == kept + 3
 
 
 def test_ctrl_c_in_one_process_then_again_stops_at_once_without_a_checkpoint(tmp_path):

@@ -101,12 +101,67 @@ def test_stopped_rank_is_named_within_the_timeout(tmp_path):
     try:
         out, err = proc.communicate(timeout=60)
     finally:
-        os.kill(pids[1], signal.SIGKILL)
+        if Path(f"/proc/{pids[1]}").exists():  # the survivor ends a stopped peer itself
+            os.kill(pids[1], signal.SIGKILL)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0 and elapsed < 30, (proc.returncode, elapsed, err[-2000:])
     lines = err.strip().splitlines()
     assert len(lines) == 1 and f"rank 1 on host {socket.gethostname()} died or stopped answering" in lines[0], err
     assert "is stopped" in lines[0]
+
+
+@pytest.mark.parametrize(("launcher", "dead"), [("gforker", 0), ("torchrun", 1)])
+def test_a_stopped_rank_is_ended_with_its_job_and_leaves_the_lock_free(tmp_path, launcher, dead):
+    """SIGSTOP of a rank: a survivor names it after run.timeout_s and ends it (SIGKILL): mpiexec.gforker used to
+    leave it stopped, an orphan holding run.dir/.lock (``--resume auto``: "in use"); torchrun waited 30 s more
+    for it. The job ends within run.timeout_s + 10 s and the run resumes at once."""
+    run, bin_dir = tmp_path / "run", Path(sys.executable).parent
+    prefix = {"gforker": [str(bin_dir / "mpiexec.gforker"), "-n", "2", sys.executable],
+              "torchrun": [str(bin_dir / "torchrun"), "--standalone", "--nproc-per-node", "2"]}[launcher]
+    variable = {"gforker": b"PMI_RANK=", "torchrun": b"RANK="}[launcher]
+    proc = subprocess.Popen([*prefix, *train_args(run, 10**6, "checkpoint.every=3", "run.timeout_s=5")],
+                            env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list_checkpoints(run)) >= 1, proc)
+    pid = next(p for p in descendants(proc.pid) if variable + str(dead).encode() in _environ(p))
+    start = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0 and elapsed < 5 + 10, (elapsed, err[-2000:])
+    assert f"rank {dead} on host {socket.gethostname()} died or stopped answering (its process {pid} is stopped; " \
+           "ended it" in err, err[-2000:]
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    done = len(list_checkpoints(run)) and checkpoint_round(list_checkpoints(run)[-1])
+    again = subprocess.run([sys.executable, *train_args(run, done + 1), "--resume", "auto"], env=child_env(),
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+
+
+def _environ(pid: int) -> list[bytes]:
+    """The environment entries of process ``pid`` that is python (none for another program or a gone process)."""
+    try:
+        if "python" not in os.path.basename(os.readlink(f"/proc/{pid}/exe")):
+            return []
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def test_checkpoint_every_s_writes_by_the_clock(tmp_path):
+    """``checkpoint.every_s``: a checkpoint after the round in which that many seconds have passed since the last
+    one (``checkpoint.every`` is 0). The default, 600 s, adds none to the short runs of every other test, whose
+    checkpoint lists they assert."""
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, *train_args(run, 300, "checkpoint.every_s=0.3", "checkpoint.keep=1000")],
+                          env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    rounds = [checkpoint_round(p) for p in list_checkpoints(run)]
+    assert len(rounds) >= 3 and rounds[-1] == 300, rounds
+    assert [r["round"] for r in json.loads((run / "runtime.json").read_text())["checkpoints"]] == rounds
 
 
 def test_rank_that_raises_ends_the_job_naming_the_rank(tmp_path):
@@ -242,6 +297,28 @@ def test_a_live_runs_directory_is_locked(tmp_path):
                                        "wait for it to end or choose another run.dir")
         assert not list(run.glob("ckpt_*")) and not (run / "config.yaml").exists()
     run_ranks(0, [*train_args(run, 3), "--resume", "auto"])  # released: the run starts
+
+
+def test_a_stopped_holder_whose_launcher_ended_is_proven_stale_and_ended(tmp_path):
+    """A run's process stopped (SIGSTOP) and its launcher (here a shell) killed: the process, re-parented, holds
+    run.dir/.lock for ever. The next run proves it stale (a stopped fedrun process whose parent is not the one it
+    recorded in the lock), ends it and resumes; a live holder is still refused (the test above)."""
+    run = tmp_path / "run"
+    shell = subprocess.Popen(["sh", "-c", f"{sys.executable} {' '.join(train_args(run, 10**6))}; true"],
+                             env=child_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: (run / "metrics.jsonl").exists(), shell)  # the rounds run: it holds the lock
+    pid = next(p for p in descendants(shell.pid) if b"fedrun" in Path(f"/proc/{p}/cmdline").read_bytes())
+    os.kill(pid, signal.SIGSTOP)
+    shell.kill()
+    shell.wait()
+    try:
+        again = run_ranks(0, [*train_args(run, 1), "--resume", "auto"], check=False)
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+    assert again.returncode == 0, again.stderr
+    assert f"held by pid {pid}, a stopped fedrun process whose launcher (pid {shell.pid}) has ended; ended it" \
+        in again.stdout, again.stdout
 
 
 # --------------------------------------------------------------------------------------- security
@@ -393,3 +470,40 @@ def test_run_directory_made_read_only_or_moved_away_mid_run(tmpfs):
     _one_fault_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), "No such file or directory",
                     str(run))
     assert find_latest_valid(tmpfs / "moved") is not None
+
+
+def test_a_stop_during_the_per_client_evaluation_checkpoints_the_finished_round(tmp_path, monkeypatch):
+    """A real SIGTERM while round 1's per-client evaluation walks its windows: the ranks agree between two windows,
+    the evaluation ends there, the round's record keeps its pooled figures, the checkpoint after round 1 is
+    written and the run stops (exit status 75); resumed, it ends on the bits of a run never stopped."""
+    import fedrun
+    from fedrun.errors import RunInterrupted, exit_code
+    from fedrun.federation import client_eval
+    from fedrun.runtime.signals import StopSignals
+
+    monkeypatch.setattr(client_eval, "WINDOW_EXAMPLES", 32)  # windows of two batches of 16: many of them
+    config = ["data.name=synthetic_fedprox", "data.num_clients=40", "model.name=logistic", "eval.batch_size=16",
+              "local.strategy=sequential", "participation.clients_per_round=4", "run.rounds=2", "eval.every=1"]
+    whole = fedrun.run({}, [*config, f"run.dir={tmp_path / 'whole'}"])
+    loads, share = [], client_eval.ClientEval._share
+
+    def share_then_signal(self, lo, hi):  # the third window's load: a SIGTERM to this process, as from Slurm
+        loads.append(lo)
+        if len(loads) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return share(self, lo, hi)
+
+    monkeypatch.setattr(client_eval.ClientEval, "_share", share_then_signal)
+    run = tmp_path / "stopped"
+    with pytest.raises(RunInterrupted) as stopped:
+        fedrun.run({}, [*config, f"run.dir={run}"], signals=StopSignals())
+    assert exit_code(stopped.value) == 75 and "after round 1;" in str(stopped.value)
+    assert len(loads) == 3  # nothing evaluated after the window in which the signal came
+    assert [checkpoint_round(p) for p in list_checkpoints(run)] == [1]
+    unstopped = json.loads((tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()[0])
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert any(key.startswith("client_") for key in unstopped), unstopped
+    assert "test_loss" in record and not any(key.startswith("client_") for key in record), record
+    monkeypatch.setattr(client_eval.ClientEval, "_share", share)
+    resumed = fedrun.run({}, [*config, f"run.dir={run}"], resume="auto")
+    assert np.array_equal(resumed.x, whole.x)

@@ -170,6 +170,9 @@ class MetricsConfig:
 @dataclass
 class CheckpointConfig:
     every: int = 0  # write a checkpoint every this many rounds (0: only at the end and on signals)
+    # and after the round in which this many seconds of rounds have passed since the last checkpoint (or the
+    # start), whatever ``every`` says: a launcher that kills the ranks outright loses at most this much (0: off)
+    every_s: float = 600.0
     keep: int = 3  # keep this many newest checkpoints to resume from (and the files they build on)
     # every K-th checkpoint is full, the others are increments holding the client rows changed since the one
     # before (docs/checkpoint.md); 1: always full; 0: auto = 1 on the memory store, 10 on the disk store
@@ -177,6 +180,7 @@ class CheckpointConfig:
 
     def check(self) -> None:
         require(self.every >= 0, "checkpoint.every", "an integer >= 0", self.every)
+        require(self.every_s >= 0, "checkpoint.every_s", "a number of seconds >= 0 (0: off)", self.every_s)
         require(self.keep >= 1, "checkpoint.keep", "an integer >= 1", self.keep)
         require(self.full_every >= 0, "checkpoint.full_every", "an integer >= 0", self.full_every)
 

@@ -3,6 +3,11 @@
 A checkpoint is written (on every rank together: :func:`fedrun.federation.snapshot.save` is collective)
 
 * after round r when ``checkpoint.every`` > 0 and r % every = 0, and after the last round;
+* after the round in which ``checkpoint.every_s`` > 0 seconds have passed on rank 0's clock since the
+  newest checkpoint (or since the rounds began): rank 0 asks its clock when it publishes the round's
+  downlink and the answer travels in that broadcast, so every rank decides alike. The default, 600 s,
+  bounds what a launcher that kills the ranks outright (docs/reliability.md) can lose; a run shorter
+  than that writes no extra checkpoint;
 * after the round in which a stop signal arrived, which then ends the run with :class:`RunInterrupted`
   (exit status 75: resume it);
 * after the round an observer stopped the run in (the user's callback), and before a round the privacy
@@ -38,11 +43,16 @@ class Checkpoints:
         self.run_dir, self.every, self.rounds = setup.run_dir, setup.cfg.checkpoint.every, setup.cfg.run.rounds
         self.saved = state.next_round  # the rounds done at the newest checkpoint (a resumed run starts at one)
         self.path: Path | None = None  # the newest checkpoint this process wrote (rank 0)
+        self.every_s, self.since = setup.cfg.checkpoint.every_s, time.monotonic()  # rank 0's clock decides
+        if self.run_dir is not None and self.every_s > 0 and setup.world.is_root:
+            setup.exchange.save_due = lambda: time.monotonic() - self.since >= self.every_s
 
     def after_round(self, done: int, halted: bool) -> None:
         """After round ``done`` (counting from 1) and its observers; ``halted``: they stopped the run."""
-        stop = self.setup.exchange.stop_code() == STOP_SIGNAL
-        due = stop or halted or done == self.rounds or (self.every > 0 and done % self.every == 0)
+        exchange = self.setup.exchange
+        stop = exchange.stop_code() == STOP_SIGNAL
+        due = stop or halted or done == self.rounds or (self.every > 0 and done % self.every == 0) or \
+            exchange.save_requested()
         if self.run_dir is None or not due:
             return
         self.write(done)
@@ -59,7 +69,7 @@ class Checkpoints:
         started = time.perf_counter()
         with SlowWriteNotice(done, self.announce, self.signals):
             self.path = snapshot.save(self.setup, self.state)
-        self.saved = done
+        self.saved, self.since = done, time.monotonic()
         self.runtime.checkpoint_written(done, self.path, time.perf_counter() - started)
 
     def kept(self) -> str:

@@ -7,18 +7,22 @@ per-example losses l_j and hits c_j are summed exactly over the ranks, so
     test_loss = (1/n) sum_j l_j,    test_accuracy = (1/n) sum_j c_j
 
 are the same bits on any number of ranks. With per-client test data the distribution over clients of their
-own figures is added (:class:`~fedrun.federation.client_eval.ClientEval`, docs/evaluation.md).
+own figures is added (:class:`~fedrun.federation.client_eval.ClientEval`, docs/evaluation.md). A stop request
+during the per-client evaluation ends it between two windows of clients, on every rank: the round's record
+then holds the pooled figures only, and the run stops after that round with its checkpoint.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
 from fedrun.config import EvalConfig
-from fedrun.federation.client_eval import ClientEval
+from fedrun.errors import EvaluationStopped
+from fedrun.federation.client_eval import ClientEval, Watch
 from fedrun.federation.client_trainer import Learner
 from fedrun.metrics.per_client import summary
 from fedrun.runtime.exact_sum import all_reduce_exact_sum
@@ -39,18 +43,26 @@ class Evaluation:
     eval: EvalConfig
     rounds: int  # T
     clients: ClientEval | None = None
+    say: Callable[[str], None] | None = None  # rank 0's progress lines (None: silent)
+    stopped: bool = False  # a stop request ended the newest per-client evaluation early
 
     def due(self, t: int) -> bool:
         """Evaluate after round t: every ``eval.every`` rounds and after the last one."""
         every = self.eval.every
         return t + 1 == self.rounds or (every > 0 and (t + 1) % every == 0)
 
-    def after_round(self, x: Tensor, t: int, strategy: LocalStrategy) -> dict[str, Any]:
+    def after_round(self, x: Tensor, t: int, strategy: LocalStrategy,
+                    stop_requested: Callable[[], bool] = lambda: False) -> dict[str, Any]:
         """The figures of model ``x`` after round t (collective), the per-client arrays under
-        :data:`CLIENT_ARRAYS` (rank 0)."""
+        :data:`CLIENT_ARRAYS` (rank 0); without the per-client figures, and with :attr:`stopped` set, when
+        ``stop_requested()`` held on some rank between two windows of clients."""
         out: dict[str, Any] = self.pooled(x)
+        self.stopped = False
         if self.clients is not None:
-            out.update(self.per_client(x, t, strategy))
+            try:
+                out.update(self.per_client(x, t, strategy, Watch(stop_requested, self.say)))
+            except EvaluationStopped:
+                self.stopped = True
         return out
 
     def pooled(self, x: Tensor) -> dict[str, float]:
@@ -65,10 +77,10 @@ class Evaluation:
             out["test_accuracy"] = correct / count
         return out
 
-    def per_client(self, x: Tensor, t: int, strategy: LocalStrategy) -> dict[str, Any]:
+    def per_client(self, x: Tensor, t: int, strategy: LocalStrategy, watch: Watch | None = None) -> dict[str, Any]:
         """The distribution over clients of their own test figures after round t (fedrun.metrics.per_client),
         with the per-client arrays under :data:`CLIENT_ARRAYS` (rank 0; collective)."""
-        arrays = self.clients.evaluate(x, t, strategy)
+        arrays = self.clients.evaluate(x, t, strategy, watch=watch)
         if not arrays:
             return {}
         return {**summary(arrays, self.clients.counts), CLIENT_ARRAYS: arrays}

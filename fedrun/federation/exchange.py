@@ -47,7 +47,7 @@ from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
 
 _BAD_CLIENT = "_bad_client"
-_DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 1), ("_bad_client", 1))
+_DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 1), ("_bad_client", 1), ("_save", 1))
 CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
 # the gathered buffer and the server rule's working arrays (a sort's values and its int64 indices, the
 # result): what the start-up check asks free memory for, per gathered entry, in units of [n, d]
@@ -113,14 +113,18 @@ class Exchange:
         self.up_floats = decl.floats(decl.up, dim)
         self.down_floats = decl.floats(tuple(down_entries), dim)
         self.down_buf = self.down_layout.empty(dtype, world.device)
+        # rank 0's clock asked when it publishes a step: is a checkpoint due (checkpoint.every_s)? Its answer
+        # travels in the step's broadcast, so every rank takes the same decision (fedrun.federation.cadence)
+        self.save_due: Callable[[], bool] = lambda: False
 
     def publish(self, server: dict[str, Tensor], stop: float = CONTINUE, nonfinite: float = 0.0,
-                bad_client: float = -1.0) -> dict[str, Tensor]:
-        """Rank 0 packs the server's downlink entries and the runtime entries; one broadcast; every rank
-        returns the downlink (views into the buffer, runtime entries included)."""
+                bad_client: float = -1.0, save: bool = False) -> dict[str, Tensor]:
+        """Rank 0 packs the server's downlink entries and the runtime entries (``save``: a checkpoint is due
+        after this step); one broadcast; every rank returns the downlink (views into the buffer, runtime
+        entries included)."""
         if self.world.is_root:
             extras = {"_stop": torch.tensor([stop]), "_nonfinite": torch.tensor([nonfinite]),
-                      "_bad_client": torch.tensor([bad_client])}
+                      "_bad_client": torch.tensor([bad_client]), "_save": torch.tensor([float(save)])}
             self.down_layout.pack({**server, **extras}, self.down_buf)
         broadcast_from_root(self.world, self.down_buf)
         return self.down_layout.unpack(self.down_buf, self.down_scalars)
@@ -134,6 +138,15 @@ class Exchange:
     def stop_code(self) -> float:
         """What every rank does after the round just exchanged: CONTINUE or STOP_SIGNAL."""
         return float(self.down_layout.unpack(self.down_buf, self.down_scalars)["_stop"])
+
+    def stop_after_step(self) -> None:
+        """Stop after the step just exchanged (on every rank, which decided it together after the broadcast:
+        a stop request during the evaluation)."""
+        self.down_layout.unpack(self.down_buf, self.down_scalars)["_stop"].fill_(STOP_SIGNAL)
+
+    def save_requested(self) -> bool:
+        """Whether rank 0's clock asked for a checkpoint after the step just exchanged (the same on every rank)."""
+        return bool(self.down_layout.unpack(self.down_buf, self.down_scalars)["_save"])
 
     def global_model(self) -> Tensor:
         """The current global model x (a view into the downlink buffer)."""
@@ -152,7 +165,7 @@ class Exchange:
             train_loss = totals.loss / kept if kept else float("nan")
             server, stop = guarded_rule(server_rule, server, totals, dataclasses.replace(ctx, num_active=kept),
                                         self.skip_nonfinite)
-            down = self.publish(server, stop, float(totals.nonfinite), float(totals.bad_client))
+            down = self.publish(server, stop, float(totals.nonfinite), float(totals.bad_client), self.save_due())
         else:
             down = self.publish(server)
         raise_nonfinite(label, down, self.skip_nonfinite)

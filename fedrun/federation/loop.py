@@ -202,6 +202,7 @@ def _on_screen(setup: Setup, state: RunState, options: RunOptions,
         warning = noise_warning(setup.privacy, setup.dim)
         if warning:
             _say(setup, signals, warning)
+    setup.round.evaluation.say = lambda line: _say(setup, signals, line)  # how far a long evaluation has come
     return Progress(setup.cfg.run.rounds, setup.cfg.run.log_every, signals), callback
 
 

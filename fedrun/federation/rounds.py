@@ -140,7 +140,9 @@ class Round:
             entry.update(privacy.record(t, step.consume))
         entry.update(schedule.end(t, step, down["x"]))
         if self.evaluation.due(t):
-            entry.update(self.evaluation.after_round(outcome.down_next["x"], t, state.strategy))
+            entry.update(self.evaluation.after_round(outcome.down_next["x"], t, state.strategy, stop_requested))
+            if self.evaluation.stopped:  # every rank stops after this round, as if the reduce had carried it
+                self.exchange.stop_after_step()
         self.account(state, entry, ctx.num_active, len(step.start) - dropped)
         if world.is_root:  # the server state's exact bits (x among them), for fedrun compare
             entry["fingerprint"] = fingerprint(state.server, "server/")

@@ -47,9 +47,23 @@ def _process_state(pid: int) -> str | None:
     return {"Z": "is gone", "X": "is gone", "T": "is stopped", "t": "is stopped"}.get(state)
 
 
+def _end_stopped(pid: int) -> str:
+    """SIGKILL the stopped process ``pid``; how to describe it then."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        return "is stopped"
+    return "is stopped; ended it, so that it holds nothing past the job"
+
+
 def lost_ranks(world: World) -> list[str]:
     """``rank R on host H died or stopped answering (...)`` for every peer on this host whose process is gone
-    or stopped; when none is, a lone peer on another host is the one that stopped answering."""
+    or stopped; when none is, a lone peer on another host is the one that stopped answering.
+
+    A stopped peer (SIGSTOP, a debugger) is ended here with SIGKILL: the job is ending because of it, and a
+    stopped process is not ended by the SIGTERM or SIGINT a launcher sends (they wait until it continues).
+    Left stopped, it would hold the run directory's lock past the job's end (``mpiexec.gforker`` leaves it
+    behind, an orphan) or hold the job up (torchrun waits 30 s for it before its own SIGKILL)."""
     if not world.peers:
         return []
     here = socket.gethostname()
@@ -58,6 +72,8 @@ def lost_ranks(world: World) -> list[str]:
     while not found and time.monotonic() < deadline:
         for rank, (host, pid) in enumerate(world.peers):
             if rank != world.rank and host == here and (state := _process_state(pid)) is not None:
+                if state == "is stopped":
+                    state = _end_stopped(pid)
                 found.append(f"rank {rank} on host {host} died or stopped answering (its process {pid} {state})")
         if not found:
             time.sleep(0.05)
