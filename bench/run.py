@@ -12,10 +12,12 @@ and the final accuracy (a system that is fast but learns
 less is not faster). ``--record`` appends the table to bench/RESULTS.md with the date and machine.
 
 Many small operations suffer more from a loaded machine than a few batched ones, so a ratio measured under
-load flatters the batched side. Every run records the 1-minute load average just before it starts; the
-table shows the largest per system, and a system whose load exceeded the cores the machine has left for it
-(cores minus the processes the system runs) is marked ``loaded``: its ratios are not to be quoted, and
-``--record`` refuses such a table unless ``--allow-loaded``.
+load flatters the batched side. Before every run the machine's busy cores are measured over half a second
+(from /proc/stat, so the runs before it, which have ended, do not count, as they would in a load average)
+and recorded with the 1-minute load average; the table shows the most busy cores per system, and a system
+whose busy cores exceeded those the machine has left for it (cores minus the processes the system runs) is
+marked ``loaded``: its ratios are not to be quoted, and ``--record`` refuses such a table unless
+``--allow-loaded``.
 ``--baseline DIR`` adds ``fedrun-1@base`` and ``fedrun-2@base``: the fedrun of another checkout (a git
 worktree of an earlier commit), run by that checkout's own bench/fedrun_side.py in the same interleaved
 turns, so that a change's speed is measured side by side with the code before it.
@@ -31,6 +33,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -48,14 +51,26 @@ SYSTEMS = {
 }
 
 
-def quiet_for(system: str, load: float) -> bool:
-    """Whether a 1-minute load average of ``load`` left ``system`` the cores it runs on."""
-    return load <= (os.cpu_count() or 1) - PROCESSES[system] + 0.5
+def quiet_for(system: str, busy: float) -> bool:
+    """Whether ``busy`` cores in use by others left ``system`` the cores it runs on."""
+    return busy <= (os.cpu_count() or 1) - PROCESSES[system] + 0.5
+
+
+def busy_cores(window_s: float = 0.5) -> float:
+    """Cores busy (not idle or waiting on I/O) over the next ``window_s`` seconds, from /proc/stat."""
+    def sample() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all jiffies, idle + iowait
+
+    total0, idle0 = sample()
+    time.sleep(window_s)
+    total1, idle1 = sample()
+    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(1, total1 - total0))
 
 
 def run_once(system: str, workload: str, extra: list[str]) -> dict:
     python, args = SYSTEMS[system]
-    load = os.getloadavg()[0]
+    busy, load = busy_cores(), os.getloadavg()[0]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([python, *args, "--workload", workload, *extra], cwd=BENCH, env=env,
                           capture_output=True, text=True, timeout=3600)
@@ -65,7 +80,7 @@ def run_once(system: str, workload: str, extra: list[str]) -> dict:
         except json.JSONDecodeError:
             continue
         if "system" in rec:
-            return {**rec, "load": load}
+            return {**rec, "busy": busy, "load": load}
     raise RuntimeError(f"{system} on {workload} printed no result (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
 
 
@@ -101,30 +116,30 @@ def main() -> None:
                 rec = runs[system][-1]
                 chosen = f" ({rec['strategy']}, placement {rec['placement']})" if "strategy" in rec else ""
                 print(f"{workload} rep {rep + 1} {system}: {rec['s_per_round_median']:.4f} s/round{chosen}, "
-                      f"load {rec['load']:.2f}",
+                      f"busy cores before {rec['busy']:.2f}, load average {rec['load']:.2f}",
                       file=sys.stderr, flush=True)
         results = {}
         for system, reps in runs.items():
             medians = [r["s_per_round_median"] for r in reps]
             results[system] = (statistics.median(medians), min(medians), max(medians),
                                statistics.median(r["final_accuracy"] for r in reps),
-                               statistics.median(r["total_s"] for r in reps), max(r["load"] for r in reps))
-            loaded |= not all(quiet_for(system, r["load"]) for r in reps)
+                               statistics.median(r["total_s"] for r in reps), max(r["busy"] for r in reps))
+            loaded |= not all(quiet_for(system, r["busy"]) for r in reps)
         ref = results.get("fedrun-2", (float("nan"),))[0]
         bare = results.get("bare", (float("nan"),))[0]
-        for system, (med, lo, hi, acc, total, load) in results.items():
-            mark = "" if quiet_for(system, load) else " loaded"
+        for system, (med, lo, hi, acc, total, busy) in results.items():
+            mark = "" if quiet_for(system, busy) else " loaded"
             rows.append(f"| {workload} | {system} | {med:.4f} | {lo:.4f}-{hi:.4f} | {med / ref:.2f} | "
-                        f"{bare / med:.2f}x | {acc:.3f} | {total:.1f} | {load:.2f}{mark} |")
+                        f"{bare / med:.2f}x | {acc:.3f} | {total:.1f} | {busy:.2f}{mark} |")
     table = "\n".join(["| workload | system | median s/round | min-max | ratio to fedrun-2 | speed-up over bare | "
-                       "final acc | total s | max load |", "|---|---|---|---|---|---|---|---|---|", *rows])
+                       "final acc | total s | max busy cores before |", "|---|---|---|---|---|---|---|---|---|", *rows])
     print(table)
     if loaded:
-        print(f"some runs started with a load average above the cores left for them ({os.cpu_count()} cores): "
+        print(f"some runs started with more busy cores than left them theirs ({os.cpu_count()} cores): "
               "their ratios are not quiet-machine figures", file=sys.stderr)
     if args.record and loaded and not args.allow_loaded:
-        raise SystemExit("bench/run.py: --record refused: the machine was loaded (see 'max load'); rerun on a quiet "
-                         "machine or pass --allow-loaded")
+        raise SystemExit("bench/run.py: --record refused: the machine was loaded (see 'max busy cores before'); "
+                         "rerun on a quiet machine or pass --allow-loaded")
     if args.record:
         machine = f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}"
         stamp = f"{datetime.date.today()} on {platform.node()} ({machine})"

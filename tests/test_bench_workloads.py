@@ -156,3 +156,4 @@ def test_bench_run_marks_runs_on_a_loaded_machine():
     assert run.quiet_for("fedrun-1", cores - 1) and not run.quiet_for("fedrun-1", cores + 0.6)
     assert not run.quiet_for("fedrun-2", cores - 1 + 0.6)  # two ranks need two free cores
     assert set(run.SYSTEMS) <= set(run.PROCESSES)
+    assert 0 <= run.busy_cores(0.05) <= cores
