@@ -551,8 +551,8 @@ def test_two_node_rendezvous_binds_the_interface_that_reaches_the_first_host(clu
         assert r["launcher"] == ("mpi" if mpi == "pmi2" else "slurm")
         assert r["mpi4py_imported"] == (mpi == "pmi2")
         assert (r["bind_address"], r["ifname"], r["network"]["how"]) == (cluster[r["hostname"]], "eth0", how)
-        assert r["network"]["ranks"] == [{k: q["network"][k] for k in ("host", "bind_address", "ifname", "how")}
-                                         for q in ranks]
+        assert r["network"]["ranks"] == [{**{k: q["network"][k] for k in ("host", "bind_address", "ifname", "how")},
+                                          "device": "cpu"} for q in ranks]
     assert ranks[0]["listening"] == [cluster[hosts[0]]]  # the store: rank 0's chosen address only
     if mpi == "pmi2":
         assert ranks[1]["network"]["store"] == f"{cluster[hosts[0]]}:{ranks[0]['network']['store'].split(':')[1]}"

@@ -94,7 +94,7 @@ def test_p_a5_first_local_step_blends_the_inherited_momentum():
 def test_p_a6_two_gradients_per_step_one_at_bootstrap():
     calls = []
     fed = federation(config("fafed", "local.steps=3", "local.lr=0.05"))
-    import fedrun.federation.client_trainer as trainer  # where the round's clients call the local solver
+    import fedrun.training.local_strategy as trainer  # where the round's strategy calls the local solver
 
     original = trainer.run_local
 

@@ -71,12 +71,15 @@ def test_two_ranks_on_host_buffers_equal_one_rank_bit_for_bit(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_a_rank_without_its_device_stops_every_rank_with_one_line(tmp_path):
-    """run.device=cuda where no GPU is visible: the ranks still meet, and each stops at once with the one line
-    (exit 2, no traceback, no run directory) instead of waiting for its peers until run.timeout_s."""
+    """run.device=cuda where no GPU is visible: every rank stops at once with the one line (exit 2, no
+    traceback, no run directory) instead of waiting for its peers until run.timeout_s. With no GPU at all the
+    refusal comes before the rendezvous, on every rank alike (fedrun.preflight); a rank that alone cannot get
+    its device is refused after the ranks meet, naming the rank (fedrun.runtime.world), which needs a machine
+    with GPUs to show."""
     proc = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "fedrun", "train", "--quiet", "run.rounds=1",
                            "run.device=cuda", "run.timeout_s=60", f"run.dir={tmp_path / 'run'}"], env=child_env(),
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert lines[0].startswith("fedrun: error: rank 0: run.device=cuda: no CUDA device is visible"), lines
+    assert lines[0].startswith("fedrun: error: run.device=cuda: no CUDA device is visible"), lines
     assert not (tmp_path / "run").exists()

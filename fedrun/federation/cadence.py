@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedrun.checkpoint.files import remove_stale_temporaries
@@ -31,6 +32,18 @@ from fedrun.federation.build import RunState, Setup
 from fedrun.federation.exchange import STOP_SIGNAL
 from fedrun.federation.runtime_log import RuntimeLog
 from fedrun.runtime.signals import StopSignals, shown
+
+
+@dataclass
+class SaveClock:
+    """``checkpoint.every_s``: due when that many seconds have passed since ``since`` (the newest checkpoint,
+    or the start of the rounds) on this process's monotonic clock."""
+
+    every_s: float
+    since: float = field(default_factory=time.monotonic)
+
+    def due(self) -> bool:
+        return time.monotonic() - self.since >= self.every_s
 
 
 class Checkpoints:
@@ -43,9 +56,11 @@ class Checkpoints:
         self.run_dir, self.every, self.rounds = setup.run_dir, setup.cfg.checkpoint.every, setup.cfg.run.rounds
         self.saved = state.next_round  # the rounds done at the newest checkpoint (a resumed run starts at one)
         self.path: Path | None = None  # the newest checkpoint this process wrote (rank 0)
-        self.every_s, self.since = setup.cfg.checkpoint.every_s, time.monotonic()  # rank 0's clock decides
-        if self.run_dir is not None and self.every_s > 0 and setup.world.is_root:
-            setup.exchange.save_due = lambda: time.monotonic() - self.since >= self.every_s
+        self.clock = SaveClock(setup.cfg.checkpoint.every_s)  # rank 0's clock decides
+        if self.run_dir is not None and self.clock.every_s > 0 and setup.world.is_root:
+            # the clock's own method: a closure over self would be a reference cycle (setup -> exchange ->
+            # closure -> self -> setup) keeping the run's objects, and its open files, alive after the run
+            setup.exchange.save_due = self.clock.due
 
     def after_round(self, done: int, halted: bool) -> None:
         """After round ``done`` (counting from 1) and its observers; ``halted``: they stopped the run."""
@@ -69,7 +84,7 @@ class Checkpoints:
         started = time.perf_counter()
         with SlowWriteNotice(done, self.announce, self.signals):
             self.path = snapshot.save(self.setup, self.state)
-        self.saved, self.since = done, time.monotonic()
+        self.saved, self.clock.since = done, time.monotonic()
         self.runtime.checkpoint_written(done, self.path, time.perf_counter() - started)
 
     def kept(self) -> str:

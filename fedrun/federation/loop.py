@@ -202,7 +202,12 @@ def _on_screen(setup: Setup, state: RunState, options: RunOptions,
         warning = noise_warning(setup.privacy, setup.dim)
         if warning:
             _say(setup, signals, warning)
-    setup.round.evaluation.say = lambda line: _say(setup, signals, line)  # how far a long evaluation has come
+    def say(line: str) -> None:  # how far a long evaluation has come (only rank 0 gets here)
+        shown(signals, print, f"fedrun: {line}", flush=True)
+
+    # a closure over signals alone: one over setup would be a reference cycle (setup -> evaluation -> say ->
+    # setup) that keeps the run's objects, an on-demand dataset's open file among them, alive after the run
+    setup.round.evaluation.say = say
     return Progress(setup.cfg.run.rounds, setup.cfg.run.log_every, signals), callback
 
 
