@@ -4,6 +4,7 @@ client's state), or, for algorithms without per-client state, each round's parti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -12,14 +13,12 @@ from fedrun.data.client_block import ClientBlock
 
 @dataclass
 class Placement:
-    """Where this rank's clients are. ``mode`` "blocks": the rank holds and trains its contiguous block
-    ``blocks[rank]`` (it owns those clients' state); "work": it holds every client's data and trains its
-    share of each step's clients, split by ``work`` (:func:`split_by_work`)."""
+    """Where this rank's clients are: the resolved ``run.placement`` (:attr:`mode`), chosen once when the run
+    is built, as one of two classes whose :meth:`local_rows` says which of a step's clients this rank trains."""
 
-    mode: str  # "blocks" or "work" (resolved run.placement)
+    mode: ClassVar[str]  # "blocks" or "work" (runtime.json)
     blocks: list[tuple[int, int]]  # [first, stop) client ids owned by each rank (their state lives there)
-    work: np.ndarray | None  # per-client work (examples x steps) for mode "work"
-    block: ClientBlock  # this rank's client data (all clients for mode "work")
+    block: ClientBlock  # this rank's client data
     rank: int
     size: int
 
@@ -30,10 +29,30 @@ class Placement:
 
     def local_rows(self, ids: np.ndarray) -> np.ndarray:
         """This rank's share of the clients ``ids`` (sorted global ids), as block rows."""
-        if self.mode == "work":
-            return split_by_work(ids, self.work[ids], self.size)[self.rank]
+        raise NotImplementedError
+
+
+@dataclass
+class BlockPlacement(Placement):
+    """The rank holds and trains its contiguous block ``blocks[rank]``, whose clients' state it owns."""
+
+    mode = "blocks"
+
+    def local_rows(self, ids: np.ndarray) -> np.ndarray:
         first, stop = self.blocks[self.rank]
         return ids[(ids >= first) & (ids < stop)] - first
+
+
+@dataclass
+class WorkPlacement(Placement):
+    """The rank holds every client's data (``block`` is all of them) and trains its share of each step's
+    clients, split by their ``work`` (:func:`split_by_work`); for algorithms without per-client state."""
+
+    mode = "work"
+    work: np.ndarray  # per-client work (examples x steps)
+
+    def local_rows(self, ids: np.ndarray) -> np.ndarray:
+        return split_by_work(ids, self.work[ids], self.size)[self.rank]
 
 
 def assign_blocks(num_examples: np.ndarray, ranks: int) -> list[tuple[int, int]]:

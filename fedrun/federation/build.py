@@ -32,7 +32,7 @@ from fedrun.data.dataset import TaskData
 from fedrun.data.partition import partition, split_client_tests
 from fedrun.data.sizes import available_bytes, check_memory, model_bytes
 from fedrun.errors import ConfigError
-from fedrun.federation.blocks import Placement, assign_blocks, round_work
+from fedrun.federation.blocks import BlockPlacement, Placement, WorkPlacement, assign_blocks, round_work
 from fedrun.federation.client_eval import ClientEval
 from fedrun.federation.client_trainer import ClientTrainer, Learner
 from fedrun.federation.corruption import Corruption
@@ -151,7 +151,8 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     strategy = local_strategy(name, learner.model, learner.loss_fn, world.device)  # built once; no round asks its name
     client_eval = ClientEval(cfg, world, source, blocks, learner, block) if source.test_examples is not None \
         else None
-    placement = Placement(mode, blocks, work, block, world.rank, world.size)
+    placement = WorkPlacement(blocks, block, world.rank, world.size, work) if mode == "work" else \
+        BlockPlacement(blocks, block, world.rank, world.size)
     trainer = ClientTrainer(algorithm=algorithm, decl=decl, learner=learner, block=block, local=cfg.local, seed=seed,
                             corruption=corruption, privacy=privacy)
     facts = RoundFacts(num_clients=num_clients, dim=model.dim, total_examples=float(sizes.sum()),

@@ -43,7 +43,7 @@ from fedrun.data.sizes import available_bytes
 from fedrun.errors import ConfigError, NumericalError
 from fedrun.protocol import Declaration, Entry, RoundContext, Scalar
 from fedrun.runtime import exact_sum
-from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root
+from fedrun.runtime.flat import GATHER_BYTES, FlatLayout, broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
 
 _BAD_CLIENT = "_bad_client"
@@ -62,7 +62,7 @@ class Uplink:
 
     uploads: dict[str, Tensor] | None = None  # the kept uploads, [C, ...] rows (summed exactly); None: none here
     losses: Tensor | None = None  # their training losses [C]
-    slots: np.ndarray | None = None  # positions of the gathered rows among the step's consumed clients
+    slots: np.ndarray | None = None  # positions of the uploads' rows among the step's consumed clients
     nonfinite: int = 0  # consumed uploads of this rank that were not finite
     bad_client: int = -1  # the smallest global id among those (-1: none)
     stop_requested: bool = False  # this rank received a stop signal
@@ -183,6 +183,8 @@ class Exchange:
         rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
         rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
         numel = self.exact_layout.numel
+        if world.size > 1 and not self.gathered and world.size * (n * numel + 2 + world.size) * 8 <= GATHER_BYTES:
+            return self._summed_on_root(n, torch.cat(rows, dim=1) if rows else None, uplink)
         spans = list(self.exact_layout.slices.values())
         if len(rows) == len(spans) and len(losses) * numel <= exact_sum.CHUNK:
             # one [C, numel] block (a temporary no larger than exact_sum's own): each exact_sum call costs tens of
@@ -214,6 +216,36 @@ class Exchange:
         up.update({name: floats[g] for g, name in enumerate(self.gathered)})
         loss = float(up.pop("_loss"))
         slots = counts[2:]  # per rank: its smallest bad client id + 1, or 0
+        bad_client = int(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1
+        return Totals(up=up, loss=loss, nonfinite=int(counts[0]), bad_client=bad_client, signal=bool(counts[1] > 0))
+
+
+    def _summed_on_root(self, n: int, block: Tensor | None, uplink: Uplink) -> Totals | None:
+        """Step 4 when the step's rows are few enough to gather (a small model or cohort; W2): every rank's raw
+        rows ``block`` ``[C, numel]`` (summed entries and loss), each in its slot among the step's ``n`` consumed
+        clients, and the runtime counts, in ONE float64 reduce to rank 0 (a gather and a sum there; every entry
+        has one non-zero term, so it is exact), after which rank 0 takes the exact sums of the ``n`` rows
+        itself. An exact sum is a function of its multiset of rows alone, so these are the bits of the
+        two-collective path (the exponents' MAX, then the limbs' sum) with one collective less: 2 ranks of W2
+        spent 0.68 ms a round in that MAX (bench/RESULTS.md, issue 47)."""
+        world, numel, terms = self.world, self.exact_layout.numel, max(n, 1)
+        buf = torch.zeros(n * numel + 2 + world.size, dtype=torch.float64, device=world.device)
+        rows, counts = buf[:n * numel].view(n, numel), buf[n * numel:]
+        if block is not None and len(block):
+            rows.index_copy_(0, torch.as_tensor(uplink.slots, device=world.device), block.to(torch.float64))
+        counts[0], counts[1] = uplink.nonfinite, int(uplink.stop_requested)
+        if uplink.nonfinite:
+            counts[2 + world.rank] = uplink.bad_client + 1
+        reduce_to_root(world, buf)
+        if not world.is_root:
+            return None
+        terms_rows = rows.to(self.dtype)  # the uploads' own values (float64 held them exactly)
+        exps = exact_sum.exponents(terms_rows)
+        limbs = exact_sum.encode_sum(terms_rows, exps, terms).to(torch.int64)  # as the reduce's int64 (no -0)
+        up = self.exact_layout.unpack(exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype),
+                                      self.up_scalars)
+        loss = float(up.pop("_loss"))
+        slots = counts[2:].to(torch.int64)  # per rank: its smallest bad client id + 1, or 0
         bad_client = int(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1
         return Totals(up=up, loss=loss, nonfinite=int(counts[0]), bad_client=bad_client, signal=bool(counts[1] > 0))
 

@@ -163,7 +163,8 @@ class Round:
         loss = up.pop("loss")
         uploads, losses, kept = finite_uploads(up, loss, self.facts.skip_nonfinite)
         bad = consumed[~kept] + first
-        slots = np.searchsorted(step.consume, consumed + first)  # rows of gathered uploads, client-id order
+        rows = consumed[kept] if self.facts.skip_nonfinite else consumed  # the uploads' rows (dropped: none)
+        slots = np.searchsorted(step.consume, rows + first)  # their positions among the consumed, in id order
         return Uplink(uploads, losses, slots, nonfinite=len(bad), bad_client=int(bad.min()) if len(bad) else -1,
                       stop_requested=stop_requested()), kept
 
