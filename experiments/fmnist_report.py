@@ -237,7 +237,7 @@ def tuning(rep: Report) -> None:
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {lrs[label]} |")
         paper = [cell([load(s) for s in fedsum_specs(v, TUNE_SEEDS, ("p1",), ["FedAvg"])]) for v in PAPER_LR_GRID]
         return [*lines, f"\nThe shared η0 (the paper's protocol: every algorithm at FedAvg's choice): {shared_lr()}. "
-                "FedAvg on the paper's own grid (the `paper-grid/` rows, pending): "
+                "FedAvg on the paper's own grid (the `paper-grid/` rows): "
                 + "; ".join(f"η0 = {v}: {c}" for v, c in zip(PAPER_LR_GRID, paper, strict=True))
                 + f"; chosen {paper_grid_lr()}.\n"]
 
