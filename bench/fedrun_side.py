@@ -43,6 +43,20 @@ def prepare(wl: workloads.Workload, partition: str) -> tuple[Path, Path]:
     return arrays, trace
 
 
+def fedrun_overrides(wl: workloads.Workload, arrays: Path, trace: Path, strategy: str) -> list[str]:
+    """The ``section.key=value`` settings of fedrun's run of ``wl`` (run.dir aside): the workload's arrays as a
+    natural partition, its cohort trace, batches in stored order, the shared model seed."""
+    model = {"cifar10_cnn": "cnn_cifar10", "logistic": "logistic"}[wl.model]
+    return [
+        f"run.rounds={wl.rounds}", f"run.seed={workloads.MODEL_SEED}", "data.name=arrays", f"data.root={arrays}",
+        "data.partition=natural", f"data.num_clients={wl.num_clients}", f"model.name={model}",
+        f"local.steps={wl.local_steps}", f"local.batch_size={wl.local_batch}", f"local.lr={wl.local_lr}",
+        "local.shuffle=false", f"local.strategy={strategy}", "participation.pattern=trace",
+        f"participation.trace={trace}", f"algorithm.global_lr={wl.server_lr}", f"eval.every={wl.eval_every}",
+        "checkpoint.every=0",
+    ]
+
+
 def main() -> None:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=1)
@@ -51,16 +65,8 @@ def main() -> None:
     args = p.parse_args()
     wl = workloads.get_workload(args.workload, **overrides(args))
     npz, trace = prepare(wl, args.partition)
-    model = {"cifar10_cnn": "cnn_cifar10", "logistic": "logistic"}[wl.model]
     run_dir = Path(tempfile.mkdtemp(prefix="fedrun_bench_"))
-    cfg = [
-        f"run.dir={run_dir}", f"run.rounds={wl.rounds}", f"run.seed={workloads.MODEL_SEED}",
-        "data.name=arrays", f"data.root={npz}", "data.partition=natural", f"data.num_clients={wl.num_clients}",
-        f"model.name={model}", f"local.steps={wl.local_steps}", f"local.batch_size={wl.local_batch}",
-        f"local.lr={wl.local_lr}", "local.shuffle=false", f"local.strategy={args.strategy}",
-        "participation.pattern=trace", f"participation.trace={trace}", f"algorithm.global_lr={wl.server_lr}",
-        f"eval.every={wl.eval_every}", "checkpoint.every=0",
-    ]
+    cfg = [f"run.dir={run_dir}", *fedrun_overrides(wl, npz, trace, args.strategy)]
     launcher = [] if args.ranks == 1 else [shutil.which("mpiexec", path=str(Path(sys.executable).parent))
                                            or "mpiexec", "-n", str(args.ranks)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}

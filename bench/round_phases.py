@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import workloads
-from fedrun_side import prepare
+from fedrun_side import fedrun_overrides, prepare
 
 from fedrun.config import load_config
 from fedrun.federation import rounds
@@ -92,14 +92,7 @@ def main() -> None:
     smaller = {} if args.clients is None else {"num_clients": args.clients, "cohort": min(args.clients, 100)}
     wl = workloads.get_workload(args.workload, rounds=args.rounds, **smaller)
     arrays, trace = prepare(wl, "dirichlet")
-    model = {"cifar10_cnn": "cnn_cifar10", "logistic": "logistic"}[wl.model]
-    overrides = [
-        f"run.rounds={wl.rounds}", f"run.seed={workloads.MODEL_SEED}", "data.name=arrays", f"data.root={arrays}",
-        "data.partition=natural", f"data.num_clients={wl.num_clients}", f"model.name={model}",
-        f"local.steps={wl.local_steps}", f"local.batch_size={wl.local_batch}", f"local.lr={wl.local_lr}",
-        "local.shuffle=false", f"local.strategy={args.strategy}", "participation.pattern=trace",
-        f"participation.trace={trace}", f"algorithm.global_lr={wl.server_lr}", f"eval.every={wl.eval_every}",
-    ]
+    overrides = fedrun_overrides(wl, arrays, trace, args.strategy)
     world = init_world("cpu")
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(None, [*overrides, f"run.dir={tmp}"])

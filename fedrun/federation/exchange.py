@@ -214,10 +214,7 @@ class Exchange:
         up = self.exact_layout.unpack(exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype),
                                       self.up_scalars)
         up.update({name: floats[g] for g, name in enumerate(self.gathered)})
-        loss = float(up.pop("_loss"))
-        slots = counts[2:]  # per rank: its smallest bad client id + 1, or 0
-        bad_client = int(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1
-        return Totals(up=up, loss=loss, nonfinite=int(counts[0]), bad_client=bad_client, signal=bool(counts[1] > 0))
+        return totals(up, counts)
 
 
     def _summed_on_root(self, n: int, block: Tensor | None, uplink: Uplink) -> Totals | None:
@@ -244,10 +241,17 @@ class Exchange:
         limbs = exact_sum.encode_sum(terms_rows, exps, terms).to(torch.int64)  # as the reduce's int64 (no -0)
         up = self.exact_layout.unpack(exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype),
                                       self.up_scalars)
-        loss = float(up.pop("_loss"))
-        slots = counts[2:].to(torch.int64)  # per rank: its smallest bad client id + 1, or 0
-        bad_client = int(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1
-        return Totals(up=up, loss=loss, nonfinite=int(counts[0]), bad_client=bad_client, signal=bool(counts[1] > 0))
+        return totals(up, counts.to(torch.int64))
+
+
+def totals(up: dict[str, Tensor], counts: Tensor) -> Totals:
+    """Rank 0's :class:`Totals` from the summed entries ``up`` (the loss among them, ``_loss``) and the reduced
+    runtime counts ``counts`` (int64: non-finite uploads, stop requests, then per rank its smallest bad client
+    id + 1, or 0)."""
+    loss = float(up.pop("_loss"))
+    slots = counts[2:]
+    bad_client = int(slots[slots > 0].min()) - 1 if bool((slots > 0).any()) else -1
+    return Totals(up=up, loss=loss, nonfinite=int(counts[0]), bad_client=bad_client, signal=bool(counts[1] > 0))
 
 
 # ------------------------------------------------------------------------------------ the non-finite policy
