@@ -498,6 +498,8 @@ def test_runtime_json_records_the_network(tmp_path):
 
 
 slurm = pytest.mark.slurm
+# slurmstepd's complaint when its PMI2 plugin cannot parse an MPICH start-up request
+SLURM_PMI2_PARSER_ERROR = ": error: mpi/pmi2: "
 
 
 @pytest.fixture(scope="module")
@@ -537,11 +539,20 @@ def test_two_node_rendezvous_binds_the_interface_that_reaches_the_first_host(clu
     """srun -N 2 -n 2: the ranks see different hostnames, so the multi-host rendezvous runs; every rank
     binds the address of its node on the bridge, and rank 0's store listens there only. Without an MPI
     plugin (the launchers' default) mpi4py is never imported; with pmi2 the store's address travels over
-    MPI (the probe only: MPICH's PMI2 start-up under Slurm 22.05 is fragile, docs/clusters.md)."""
+    MPI (the probe only: MPICH's PMI2 start-up under Slurm 22.05 is fragile, docs/clusters.md).
+
+    The MPI leg keeps UCX to TCP over the bridge (shorter PMI values than all six transports), and starts
+    again, at most twice, when Slurm's own PMI2 parser rejected MPICH's start-up message: that failure
+    happens inside MPI_Init, before any fedrun code, and depends on the machine's timing (seen once on a
+    CI machine, never in 80 runs here). Any other failure fails at once."""
     out = tmp_path / "probe"
     out.mkdir()
-    proc = subprocess.run(["srun", "-N", "2", "-n", "2", f"--mpi={mpi}", sys.executable, str(PROBE), str(out)],
-                          env={**child_env(), **env}, capture_output=True, text=True, timeout=120)
+    ucx = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0"} if mpi == "pmi2" else {}
+    for _attempt in range(3):
+        proc = subprocess.run(["srun", "-N", "2", "-n", "2", f"--mpi={mpi}", sys.executable, str(PROBE), str(out)],
+                              env={**child_env(), **env, **ucx}, capture_output=True, text=True, timeout=120)
+        if not (mpi == "pmi2" and proc.returncode != 0 and SLURM_PMI2_PARSER_ERROR in proc.stderr):
+            break
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     hosts = [r["hostname"] for r in ranks]
