@@ -253,9 +253,9 @@ def evaluate(spec: ClaimSpec) -> dict:
     entry = {k: getattr(spec, k) for k in FIELDS if hasattr(spec, k)}
     entry.update(a=list(spec.a), b=list(spec.b), c=list(spec.c), d=list(spec.d), deviations=list(spec.deviations),
                  delta=None, ci95=[None, None], p_wilcoxon=None, p_holm=None, interval_verdict=None,
-                 reason=spec.reason or None, opponent=None, power=None, measured_rounds=None, verdict=None)
+                 reason=None, opponent=None, power=None, measured_rounds=None, verdict=None)
     if spec.role == NOT_RUN or spec.missing():  # no runs possible here, or its run files not there yet
-        entry["verdict"] = NOT_RUN if spec.role == NOT_RUN else PENDING
+        entry.update(verdict=NOT_RUN if spec.role == NOT_RUN else PENDING, reason=spec.reason or None)
         return {k: entry[k] for k in FIELDS}
     if spec.metric.startswith("escape_"):
         return {k: entry[k] for k in FIELDS} | escape_entry(spec)
