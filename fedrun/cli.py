@@ -115,9 +115,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from fedrun.federation.consolidate import consolidate
+    from fedrun.checkpoint.consolidate import consolidate
+    from fedrun.federation.snapshot import check_chain
 
-    out, done, whole = consolidate(args.checkpoint, args.out)
+    out, done, whole = consolidate(args.checkpoint, args.out, check_chain)
     if not whole:
         print(f"wrote {out}: the state after round {done} of {args.checkpoint} as one self-contained checkpoint")
     elif out is None:

@@ -28,6 +28,7 @@ import yaml
 
 from fedrun.checkpoint import checkpoint_round, list_checkpoints
 from fedrun.checkpoint.chain import Chain
+from fedrun.checkpoint.format import CLIENTS, SERVER
 from fedrun.errors import DataError
 from fedrun.metrics.log import flatten
 
@@ -118,9 +119,9 @@ def _checkpoint(run: Path, round_: int) -> dict[str, np.ndarray]:
     path = next(p for p in list_checkpoints(run) if checkpoint_round(p) == round_)
     with Chain(path) as chain:  # a client entry of an increment: its chain's state (rows no link stores: NaN)
         r = chain.head
-        state = {f"server/{name}": np.asarray(r.read(f"server/{name}")) for name in r.names("server")}
-        clients = r.names("clients") if "clients" in r.names() else []
-        state.update({f"clients/{name}": chain.whole(f"clients/{name}") for name in clients})
+        state = {f"{SERVER}/{name}": np.asarray(r.read(f"{SERVER}/{name}")) for name in r.names(SERVER)}
+        clients = r.names(CLIENTS) if CLIENTS in r.names() else []
+        state.update({f"{CLIENTS}/{name}": chain.whole(f"{CLIENTS}/{name}") for name in clients})
         return state
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from fedrun.checkpoint import CheckpointReader, find_latest_valid
+from fedrun.checkpoint.format import SERVER
 from fedrun.config import Config, config_from_dict
 from fedrun.data import load_task
 from fedrun.errors import CheckpointError, ConfigError
@@ -48,8 +49,8 @@ def read_global_model(source: str | Path) -> SavedModel:
     except ConfigError as exc:
         raise CheckpointError(f"{path}: meta/config is not a valid config ({exc})") from None
     with CheckpointReader(path) as ckpt:
-        x = torch.as_tensor(ckpt.read("server/x"))
-        done = int(ckpt.meta["round"])
+        x = torch.as_tensor(ckpt.read(f"{SERVER}/x"))
+        done = ckpt.round
     return SavedModel(path, cfg, x, done)
 
 

@@ -17,10 +17,11 @@ import pytest
 from helpers import REPO, RESUME_BASE, final_state, metrics, run_ranks
 
 from fedrun.checkpoint.chain import base_file
+from fedrun.checkpoint.consolidate import consolidate
 from fedrun.checkpoint.files import prune
 from fedrun.cli import main
 from fedrun.errors import CheckpointError
-from fedrun.federation.consolidate import consolidate
+from fedrun.federation.snapshot import check_chain
 
 CUT, ROUNDS = 5, 8
 KILLED_AT = 4  # a run SIGKILLed while it writes the checkpoint of round 4 (an increment on 3 on 2 on 1)
@@ -68,7 +69,7 @@ def runs(tmp_path_factory) -> Path:
                       ("2to1", _run(root, "2to1", ROUNDS, *_disk(root, "scaffold", "checkpoint.every=2")), "auto")])
     shutil.copytree(root / "cut1", root / "1to2")
     (root / "fresh").mkdir()
-    consolidate(root / CHAIN / "ckpt_00000005.h5", root / "fresh" / "all.h5")
+    consolidate(root / CHAIN / "ckpt_00000005.h5", root / "fresh" / "all.h5", check_chain)
     for damage in DAMAGES:
         shutil.copytree(root / CHAIN, root / damage)
         base = root / damage / "ckpt_00000004.h5"
@@ -211,11 +212,11 @@ def test_a_consolidated_copy_resumes_bit_for_bit_in_a_fresh_directory(runs, tmp_
         assert "meta/base" not in f and 0 < f["clients/c_i/rows"].shape[0] <= 40
     _same(runs / "whole_scaffold", runs / "fresh")
     with pytest.raises(CheckpointError, match="nosuch.h5"):
-        consolidate(tmp_path / "nosuch.h5", tmp_path / "x.h5")
+        consolidate(tmp_path / "nosuch.h5", tmp_path / "x.h5", check_chain)
     with pytest.raises(CheckpointError, match="ckpt_00000004.h5"):
-        consolidate(_broken(runs, tmp_path), tmp_path / "x.h5")
+        consolidate(_broken(runs, tmp_path), tmp_path / "x.h5", check_chain)
     with pytest.raises(CheckpointError, match="an incremental checkpoint; expected --out FILE"):
-        consolidate(runs / CHAIN / "ckpt_00000005.h5", None)
+        consolidate(runs / CHAIN / "ckpt_00000005.h5", None, check_chain)
     assert not list(tmp_path.glob("x.h5*")) and not list(tmp_path.glob(".x.h5*"))
     code, out, err = _fedrun(capsys, "checkpoint", "consolidate", str(tmp_path / "nosuch.h5"), "--out",
                              str(tmp_path / "y.h5"))

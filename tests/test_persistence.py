@@ -1,9 +1,9 @@
 """The persistence contract (docs/design.md, "The checkpoint is the run"): both client stores behind one
-``ClientRows`` interface; every checkpoint records a manifest of what it holds and is verified against it
-(an older file without one is checked against the layout its config implies, and still resumes); ``--resume
-auto`` finds, verifies and loads its checkpoint opening the file at most twice, and returns what it skipped
-as data. Real runs in this process, real HDF5 files read back with h5py; the opens are counted on h5py's
-own ``File`` while the run goes."""
+``ClientRows`` interface; a streaming part's rows saved in blocks from real ranks and loaded back spread
+another way; every checkpoint records a manifest of what it holds and is verified against it (an older file
+without one is checked against the layout its config implies, and still resumes); ``--resume auto`` finds,
+verifies and loads its checkpoint opening the file at most twice, and returns what it skipped as data. Real
+runs, real HDF5 files read back with h5py; the opens are counted on h5py's own ``File`` while the run goes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import LEAST_SQUARES, single_world
+from helpers import LEAST_SQUARES, run_ranks, single_world
+from mpi_streaming import TABLES, N, written
 
 import fedrun
 from fedrun.checkpoint import CheckpointReader, CheckpointWriter
@@ -162,3 +163,24 @@ def test_an_entry_is_written_whole_or_in_the_rows_form_and_reads_back(tmp_path):
         assert r.allocated_rows("clients/zeros") == [(0, 4), (128, 132)]
         assert np.array_equal(r.read("clients/model/rows"), ids)
         assert np.array_equal(r.read("clients/model/values"), values)
+
+
+@pytest.mark.mpi
+def test_a_streaming_part_saves_its_rows_in_blocks_and_loads_them_on_other_spans(tmp_path):
+    """2 real ranks, rank 0 holding the later rows, two vector rows a block (tests/mpi_streaming.py): the file,
+    read with h5py, holds every stored row in row order in the form its initial value calls for, next to a
+    Stateful part; loaded back with the rows split another way, each rank has its rows (those not stored keep
+    their value), and every rank heard ``checkpointed`` once after saving and once after loading."""
+    run_ranks(2, ["tests/mpi_streaming.py", str(tmp_path)])
+    stored = [1, 2, 3, 7, 10]
+    with h5py.File(tmp_path / "ckpt_00000001.h5", "r") as f:
+        assert np.array_equal(f["counts/k"][()], np.arange(4))
+        assert f["clients/v/rows"][()].tolist() == stored  # no constant initial value: the rows form
+        assert np.array_equal(f["clients/v/values"][()], written("v", N)[stored])
+        assert np.array_equal(f["clients/w"][()], written("w", N))  # the rows not stored read as the fill, 2.0
+        assert np.array_equal(f["clients/s"][()], written("s", N))
+    loaded = np.load(tmp_path / "loaded.npz")
+    for name in TABLES:
+        assert np.array_equal(loaded[name], written(name, N)), name
+    assert loaded["saved"].tolist() == [1, 1] and loaded["loaded"].tolist() == [1, 1]
+    assert np.array_equal(loaded["counts"], np.stack([np.arange(4)] * 2))

@@ -1,5 +1,6 @@
-"""What the checkpoint writer and reader agree on: the format version, the ``meta`` entries, the
-storable dtypes and strings, and how an OS or HDF5 error reads on one line (docs/checkpoint.md)."""
+"""What the checkpoint writer and reader agree on: the format version, the ``meta`` entries, the groups of a
+run's checkpoint, the storable dtypes and strings, and how an OS or HDF5 error reads on one line
+(docs/checkpoint.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import h5py
 FORMAT_VERSION = 2  # 2: schedule/ replaces participation/ and runtime_state/
 META_NAMES = ("round", "config", "format_version", "algorithm", "num_clients", "dim", "created")
 MANIFEST = "meta/manifest"  # every other dataset with its shape, JSON (files written before it have none)
+# the groups of a run's checkpoint, one per part of the run state (fedrun.federation.snapshot names the parts)
+SERVER, SCHEDULE, HISTORY, RANDOM, RUNTIME, METRICS, PRIVACY = (
+    "server", "schedule", "history", "random", "runtime", "metrics", "privacy")
+CLIENTS = "clients"  # the client rows: one entry per per-client table (fedrun.checkpoint.entries)
 STRING = h5py.string_dtype("utf-8")
 KINDS = "biufcS"  # bool, ints, floats, complex, fixed-length bytes
 

@@ -6,7 +6,7 @@ nothing but the file, no algorithm or schedule rebuilt from its config. A datase
 after the write (every remaining one still passing its checksum) is named in one line.
 
 Files written before the manifest existed have none: their manifest is derived by the caller
-(``legacy``: fedrun.federation.snapshot rebuilds it from the file's config, as every file was checked
+(``legacy``: fedrun.checkpoint.legacy rebuilds it from the file's config, as every file was checked
 before) and checked the same way.
 """
 

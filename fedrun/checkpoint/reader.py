@@ -89,6 +89,18 @@ class CheckpointReader:
             meta[name] = value if isinstance(value, str) else int(value)
         return meta
 
+    @property
+    def round(self) -> int:
+        """``meta/round``: the rounds the checkpoint has done."""
+        return int(self.meta["round"])
+
+    def check_written_for(self, **run: Any) -> None:
+        """Raise :class:`CheckpointError` unless the file was written for this run: each of ``run``'s ``meta``
+        entries (algorithm, num_clients, dim) as the file records it."""
+        for key, value in run.items():
+            if self.meta[key] != value:
+                raise self._error(f"written for {key}={self.meta[key]!r}, but this run has {key}={value!r}")
+
     def config(self) -> dict[str, Any]:
         """The resolved config the checkpoint was written with (``meta/config``), as a dict."""
         try:

@@ -110,7 +110,7 @@ class Schedule(Protocol):
     @staticmethod
     def layout(num_clients: int) -> dict[str, tuple[int, ...]]:
         """The datasets ``state_dict`` always writes, with their shapes (checking a checkpoint written before
-        the manifest, fedrun.federation.legacy)."""
+        the manifest, fedrun.checkpoint.legacy)."""
 
     def state_dict(self) -> dict[str, np.ndarray]: ...
 

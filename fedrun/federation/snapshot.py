@@ -1,7 +1,8 @@
 """Save and restore a whole run: the checkpoint is the :class:`fedrun.federation.build.RunState`.
 
 Rank 0 writes one HDF5 file (fedrun.checkpoint). Every part of the run state saves and loads itself through
-one interface, :class:`fedrun.checkpoint.stateful.Stateful` (:func:`parts`), one group of the file each:
+one contract (fedrun.checkpoint.stateful); this module names the parts (:func:`parts`), one group of the
+file each, and fedrun.checkpoint.collective writes and reads them all alike:
 
     server/<entry>       the server state (rank 0's)
     schedule/<name>      the schedule's state (participation pattern, or the asynchronous event queue)
@@ -11,30 +12,28 @@ one interface, :class:`fedrun.checkpoint.stateful.Stateful` (:func:`parts`), one
     metrics/jsonl        the metrics records so far
     privacy/<name>       with privacy.mode != none: sigma, the clip, the rounds' sampling probabilities and
                          every client's participations (the accountant's state, fedrun.privacy)
+    clients/<entry>      every per-client entry of all N clients, the rows the schedule holds uploads in
+                         included: a streaming part (fedrun.state.part), each rank's block streamed to rank 0
+                         on saving and read back by its owner on resuming, so a run can resume on a
+                         different number of ranks
 
-and the client rows, ``clients/<entry>``: every per-client entry of all N clients, the rows the schedule
-holds uploads in included. They live on their owner ranks, in a store of either kind behind one interface
-(:class:`fedrun.state.rows.ClientRows`), and are streamed to rank 0 in bounded chunks, one path for every
-entry and store: each rank sends the rows the checkpoint stores (those that may differ from the initial
-value, or in an increment the vector rows changed since its base), and fedrun.checkpoint.entries decides
-how the file holds them. An increment (``checkpoint.full_every``, fedrun.checkpoint.chain) links to the
-checkpoint it builds on (:class:`~fedrun.checkpoint.chain.ChainTip`). On resume every rank reads only the
-rows of its own block, newest link first, so a run can resume on a different number of ranks.
+An increment (``checkpoint.full_every``, fedrun.checkpoint.chain) links to the checkpoint it builds on
+(:class:`~fedrun.checkpoint.chain.ChainTip`) and stores the vector rows changed since it.
 
 All randomness is counter-based in (seed, round, client) (``fedrun.data.hashing.hash_keys``,
 per-round generators of the participation patterns), so restoring the round number restores every
 random stream: a resumed run is bit-identical to an uninterrupted one on the same number of ranks.
 
 Finding the checkpoint to resume from (:func:`locate`) opens each candidate once, verifies it and its chain
-against their manifests and checksums, and keeps what a resume asks of it (:class:`Resumable`); restoring
-opens it a second time, to read it. What it passed over is data (:class:`Search`).
+against their manifests (a file written without one: the layout its config implies, :func:`old_parts`) and
+checksums, and keeps what a resume asks of it (:class:`Resumable`); restoring opens it a second time, to
+read it. What it passed over is data (:class:`Search`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,25 +41,25 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedrun.algorithms import get_algorithm
 from fedrun.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_name
 from fedrun.checkpoint.chain import Chain, ChainTip, base_of
-from fedrun.checkpoint.entries import EntryWriter
+from fedrun.checkpoint.collective import Part, load_parts, save_parts
+from fedrun.checkpoint.format import CLIENTS, HISTORY, METRICS, PRIVACY, RANDOM, RUNTIME, SCHEDULE, SERVER
+from fedrun.checkpoint.legacy import OldParts, legacy
 from fedrun.checkpoint.manifest import check_complete
 from fedrun.checkpoint.reader import Skipped, newest
-from fedrun.checkpoint.stateful import Stateful, read_parts, write_parts
-from fedrun.config import config_from_dict
-from fedrun.errors import BrokenChain, CheckpointError, CheckpointWriteError, ConfigError
+from fedrun.config import Config, config_from_dict
+from fedrun.errors import BrokenChain, CheckpointError, ConfigError
 from fedrun.federation.build import RunState, Setup
 from fedrun.federation.client_trainer import Learner
-from fedrun.federation.legacy import legacy_manifest
+from fedrun.federation.delay import DelayTracker
+from fedrun.federation.schedule import schedule_type
 from fedrun.metrics.log import json_line
+from fedrun.privacy.mechanism import layout as privacy_layout
 from fedrun.protocol import Entry, Vector
-from fedrun.runtime.flat import broadcast_from_root, recv, send
-from fedrun.state.store import constant_init
+from fedrun.state.part import ClientRowsPart
 from fedrun.training.local_strategy import local_strategy
-
-_CHUNK_BYTES = 8 << 20  # rows of client state sent to rank 0 (and read back on resume) at a time
-
 
 # ----------------------------------------------------------------------------------- the parts of the state
 
@@ -126,16 +125,39 @@ class _Seed:
         pass
 
 
-def parts(setup: Setup, state: RunState) -> dict[str, Stateful]:
-    """The parts of ``state`` that save and load themselves, by checkpoint group (the server's on rank 0 only)."""
-    found: dict[str, Stateful] = {}
-    if setup.world.is_root:
-        found["server"] = _Server(state, setup.decl.server, setup.world.device, setup.dtype)
-    found.update({"schedule": state.schedule, "history": state.delay, "random": _Seed(setup.cfg.run.seed),
-                  "runtime": _Strategy(state, setup.learner, setup.world.device), "metrics": _Metrics(state)})
+def parts(setup: Setup, state: RunState) -> dict[str, Part]:
+    """The parts of ``state`` that save and load themselves, by checkpoint group (the server's on rank 0 only),
+    the client rows last."""
+    world = setup.world
+    found: dict[str, Part] = {}
+    if world.is_root:
+        found[SERVER] = _Server(state, setup.decl.server, world.device, setup.dtype)
+    found.update({SCHEDULE: state.schedule, HISTORY: state.delay, RANDOM: _Seed(setup.cfg.run.seed),
+                  RUNTIME: _Strategy(state, setup.learner, world.device), METRICS: _Metrics(state)})
     if state.privacy is not None:
-        found["privacy"] = state.privacy
+        found[PRIVACY] = state.privacy
+    found[CLIENTS] = ClientRowsPart(state.clients, setup.placement.blocks[world.rank], world.device, setup.dtype)
     return found
+
+
+def old_parts(num_clients: int, dim: int, rounds_done: int, config: dict[str, Any]) -> OldParts:
+    """What each part held in a file written before the manifest, derived from its config as the run wrote it
+    (fedrun.checkpoint.legacy lays it out in the file): the algorithm's declaration, the schedule the config
+    runs (its state, the rows it holds uploads in), the delay tracker and, with privacy, the accountant."""
+    cfg = _config(config)
+    decl = get_algorithm(cfg.algorithm.name)(cfg.algorithm.hparams).declare()
+
+    def shapes(entries: tuple[Entry, ...]) -> dict[str, tuple[int, ...]]:
+        return {e.name: (dim,) if isinstance(e, Vector) else () for e in entries}
+
+    schedule = schedule_type(cfg)
+    return OldParts(server=shapes(decl.server), clients=shapes((*decl.client, *schedule.held_entries(decl.up))),
+                    schedule=schedule.layout(num_clients),
+                    history={k: np.shape(v) for k, v in DelayTracker(num_clients).state_dict().items()},
+                    privacy=privacy_layout(num_clients, rounds_done) if cfg.privacy.mode != "none" else {})
+
+
+_LEGACY = legacy(old_parts)  # the manifest of a file written without one
 
 
 # ------------------------------------------------------------------------------------------------- saving
@@ -144,93 +166,20 @@ def parts(setup: Setup, state: RunState) -> dict[str, Stateful]:
 def save(setup: Setup, state: RunState) -> Path | None:
     """Write the checkpoint of ``state`` (its rounds ``< state.next_round`` are done; collective call): full, or
     an increment on ``state.chain`` holding the vector rows changed since it (``checkpoint.full_every``)."""
-    world, cfg, next_round, store = setup.world, setup.cfg, state.next_round, state.clients
-    writer = None
-    error: Exception | None = None
-    link: dict[str, Any] | None = None
-
-    def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(...)``'s value, or None once an error is recorded (the first one, reported after the rows)."""
-        nonlocal error
-        if error is None:
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:  # keep draining the other ranks' rows, then report
-                error = exc
-        return None
-
-    if world.is_root:
-        link = state.chain.next_link(cfg.checkpoint.full_every or store.default_full_every)
-        try:
-            writer = CheckpointWriter(setup.run_dir, next_round, algorithm=cfg.algorithm.name,
-                                      num_clients=setup.num_clients, dim=setup.dim, config=cfg.to_yaml(),
-                                      keep=cfg.checkpoint.keep, base=link)
-        except Exception as exc:
-            error = exc
+    world, cfg, next_round = setup.world, setup.cfg, state.next_round
+    full_every = cfg.checkpoint.full_every or state.clients.default_full_every
+    link = state.chain.next_link(full_every) if world.is_root else None
     depth = world.broadcast_object(0 if link is None else link["depth"])  # 0: a full checkpoint
-    if writer is not None:
-        attempt(write_parts, writer, parts(setup, state))
-    for entry in store.entries:
-        _save_entry(setup, state, writer, entry, depth > 0, attempt)
-    path = None
-    if writer is not None:
-        if error is None:
-            attempt(writer.commit)
-            path = writer.path
-        if error is not None:
-            writer.abort()
-    failed = torch.tensor([1.0 if error is not None else 0.0], device=world.device)
-    broadcast_from_root(world, failed)
-    if error is not None:
-        raise CheckpointWriteError(f"checkpoint after round {next_round} in {setup.run_dir} failed: {error}; "
-                                   "the earlier checkpoints are intact") from None
-    if failed.item():
-        raise CheckpointWriteError(f"checkpoint after round {next_round} failed on rank 0")
-    store.checkpointed()  # the file is in place: its rows are no longer changes
+
+    def open_writer() -> CheckpointWriter:
+        return CheckpointWriter(setup.run_dir, next_round, algorithm=cfg.algorithm.name,
+                                num_clients=setup.num_clients, dim=setup.dim, config=cfg.to_yaml(),
+                                keep=cfg.checkpoint.keep, base=link)
+
+    path = save_parts(world, open_writer, parts(setup, state), increment=depth > 0,
+                      what=f"checkpoint after round {next_round}", where=setup.run_dir)
     state.chain = ChainTip(setup.run_dir / checkpoint_name(next_round), depth)
     return path
-
-
-def _save_entry(setup: Setup, state: RunState, writer: CheckpointWriter | None, entry: Entry, increment: bool,
-                attempt: Callable[..., Any]) -> None:
-    """Client entry ``entry`` into ``writer`` (rank 0): the rows each rank stores (an increment's vector entry:
-    those changed since the base; else those that may differ from the initial value), streamed from their
-    owners in ascending client order, a bounded chunk at a time."""
-    world, store, blocks = setup.world, state.clients, setup.placement.blocks
-    vector = isinstance(entry, Vector)
-    mine = np.flatnonzero(store.changed(entry.name) if increment and vector else store.written(entry.name))
-    counts = world.allgather_object(len(mine))
-    local = store.block(entry.name, 0, 0)  # no rows: the dtype, device and row shape
-    row_shape = tuple(local.shape[1:])
-    sink = None if writer is None else attempt(EntryWriter, writer, f"clients/{entry.name}", sum(counts), row_shape,
-                                               _numpy_dtype(local), increment=increment, fill=constant_init(entry))
-    chunk = max(1, _CHUNK_BYTES // max(1, int(np.prod(row_shape, dtype=np.int64)) * local.element_size()))
-    for rank in sorted(range(world.size), key=lambda r: blocks[r][0]):  # ascending client ids
-        for lo in range(0, counts[rank], chunk):
-            k = min(chunk, counts[rank] - lo)
-            if rank == world.rank:
-                rows = mine[lo:lo + k]
-                if rows[-1] - rows[0] == k - 1:  # consecutive rows (every row, in memory): a slice, not a copy
-                    values = store.block(entry.name, int(rows[0]), int(rows[-1]) + 1).contiguous()
-                else:
-                    values = store.gather(torch.as_tensor(rows, device=world.device), [entry.name])[entry.name]
-                ids = torch.as_tensor(rows + blocks[rank][0], device=world.device)
-                if not world.is_root:
-                    send(world, ids, 0)
-                    send(world, values, 0)
-            elif world.is_root:
-                ids = torch.empty(k, dtype=torch.int64, device=world.device)
-                values = torch.empty((k, *row_shape), dtype=local.dtype, device=local.device)
-                recv(world, ids, rank)  # received even when the file failed: the sender must not block
-                recv(world, values, rank)
-            if sink is not None:  # rank 0, the file still being written
-                attempt(sink.put, ids.cpu().numpy(), values.cpu().numpy())
-    if sink is not None:
-        attempt(sink.finish)
-
-
-def _numpy_dtype(t: torch.Tensor) -> np.dtype:
-    return torch.empty(0, dtype=t.dtype).numpy().dtype
 
 
 # ---------------------------------------------------------------------------------------------- resuming
@@ -271,8 +220,8 @@ def resumable(ckpt: CheckpointReader) -> Resumable:
     once (a broken link: a :class:`BrokenChain` naming it); the open file's :class:`Resumable`."""
     config = _valid_config(ckpt)
     with Chain(ckpt) as chain:  # ckpt stays open: it is the caller's
-        chain.check(legacy_manifest)
-    return Resumable(ckpt.path, int(ckpt.meta["round"]), config)
+        chain.check(_LEGACY)
+    return Resumable(ckpt.path, ckpt.round, config)
 
 
 def _valid_config(ckpt: CheckpointReader) -> dict[str, Any]:
@@ -280,10 +229,18 @@ def _valid_config(ckpt: CheckpointReader) -> dict[str, Any]:
     valid config."""
     config = ckpt.config()
     try:
-        config_from_dict(config)
-    except ConfigError as exc:
-        raise CheckpointError(f"{ckpt.path}: meta/config is not a valid config ({exc})") from None
+        _config(config)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{ckpt.path}: {exc}") from None
     return config
+
+
+def _config(config: dict[str, Any]) -> Config:
+    """A checkpoint's ``meta/config`` as a :class:`Config` (:class:`CheckpointError` when it is not a valid one)."""
+    try:
+        return config_from_dict(config)
+    except ConfigError as exc:
+        raise CheckpointError(f"meta/config is not a valid config ({exc})") from None
 
 
 def scan(run_dir: Path) -> Search:
@@ -323,9 +280,9 @@ def locate(run_dir: Path | None, resume: str) -> Resumable | None:
 def check_layout(ckpt: CheckpointReader) -> None:
     """Raise :class:`CheckpointError` unless ``ckpt``'s config is valid, naming the first dataset of the file's
     manifest that is missing or misshapen (a file written without one: its derived manifest,
-    fedrun.federation.legacy)."""
+    fedrun.checkpoint.legacy)."""
     _valid_config(ckpt)
-    check_complete(ckpt, legacy_manifest)
+    check_complete(ckpt, _LEGACY)
 
 
 def check_chain(ckpt: CheckpointReader) -> None:
@@ -349,30 +306,17 @@ def saved_config(path: Resumable | Path) -> dict[str, Any]:
 
 
 def restore(setup: Setup, state: RunState, found: Resumable | Path) -> None:
-    """Load checkpoint ``found`` into ``state`` (every rank reads its own block's rows) and publish its downlink."""
-    path, cfg = Path(os.fspath(found)), setup.cfg
-    with Chain(path) as chain:  # the newest link storing a row wins; rows no link stores keep their initial value
+    """Load checkpoint ``found`` into ``state`` (every rank reads its own block's rows; the newest link storing
+    a row wins, rows no link stores keep their initial value) and publish its downlink."""
+    path = Path(os.fspath(found))
+    with Chain(path) as chain:
         ckpt = chain.head
-        meta = ckpt.meta
-        expected = {"algorithm": cfg.algorithm.name, "num_clients": setup.num_clients, "dim": setup.dim}
-        for key, value in expected.items():
-            if meta[key] != value:
-                raise CheckpointError(f"{path}: written for {key}={meta[key]!r}, but this run has {key}={value!r}")
-        read_parts(ckpt, parts(setup, state))
-        first, stop = setup.placement.blocks[setup.world.rank]
-        device, dtype = setup.world.device, setup.dtype
-        for entry in state.clients.entries:
-            name = f"clients/{entry.name}"
-            row_bytes = (setup.dim if isinstance(entry, Vector) else 1) * torch.empty(0, dtype=dtype).element_size()
-            for lo, hi in chain.windows(name, first, stop, max(1, _CHUNK_BYTES // row_bytes)):  # verifies them
-                rows = state.clients.block(entry.name, lo - first, hi - first).cpu().numpy().copy()
-                chain.overlay(name, lo, hi, rows)
-                state.clients.load(entry.name, lo - first, _tensor(rows, device, dtype))
-        state.clients.checkpointed()
+        ckpt.check_written_for(algorithm=setup.cfg.algorithm.name, num_clients=setup.num_clients, dim=setup.dim)
+        load_parts(chain, parts(setup, state))
         link = base_of(ckpt)
         in_run = setup.run_dir is not None and path.resolve().parent == Path(setup.run_dir).resolve()
         state.chain = ChainTip(path, 0 if link is None else link["depth"]) if in_run else ChainTip()
-        state.next_round = int(meta["round"])
+        state.next_round = ckpt.round
     setup.exchange.publish(state.server)
 
 

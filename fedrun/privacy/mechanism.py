@@ -130,9 +130,9 @@ class PrivacyState:
 
 
 def layout(num_clients: int, rounds_done: int) -> dict[str, tuple[int, ...]]:
-    """The ``privacy/`` datasets of a checkpoint after ``rounds_done`` rounds as files without a manifest (the
-    versions before per-round sigmas) wrote them, with their shapes."""
-    return {"privacy/sigma": (), "privacy/clip": (), "privacy/q": (rounds_done,), "privacy/counts": (num_clients,)}
+    """The datasets of the accountant's state (the checkpoint's ``privacy/`` group) after ``rounds_done`` rounds as
+    files without a manifest (the versions before per-round sigmas) wrote them, with their shapes."""
+    return {"sigma": (), "clip": (), "q": (rounds_done,), "counts": (num_clients,)}
 
 
 @dataclasses.dataclass(frozen=True)

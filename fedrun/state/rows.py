@@ -2,7 +2,7 @@
 
 A rank holds the rows of its block of C clients, one row per client of every per-client entry (``[C, d]``
 vectors, ``[C]`` scalars). The round engine reads and writes rows (``gather``/``scatter``, the block-wide
-scalars through ``whole``/``replace``); the checkpoint (fedrun.federation.snapshot) streams the rows that
+scalars through ``whole``/``replace``); the checkpoint (fedrun.state.part) streams the rows that
 differ from their declared initial value (``written``) or changed since the last checkpoint (``changed``)
 and loads rows back (``block``/``load``). Snapshot and resume never ask which store they have: the memory
 store (fedrun.state.store) answers ``written`` with every row, the disk store (fedrun.state.disk) with

@@ -10,6 +10,10 @@ unless the whole file is written and verifies.
 
 A full checkpoint (no ``meta/base``) is whole already: it is verified and, with ``--out``, copied byte for
 byte (the copy verified before it takes the name), without ``--out`` only reported as whole.
+
+Whether the chain is whole is the caller's ``check``, the one a resume asks
+(``fedrun.federation.snapshot.check_chain``: a file written without a manifest is checked against the layout
+its config implies, which takes the algorithm).
 """
 
 from __future__ import annotations
@@ -17,31 +21,33 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from fedrun.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_name
 from fedrun.checkpoint.chain import Chain, base_of
-from fedrun.checkpoint.format import error_line, rows_path, values_path
+from fedrun.checkpoint.format import CLIENTS, error_line, rows_path, values_path
 from fedrun.errors import CheckpointError
-from fedrun.federation.snapshot import check_chain
 
 _WINDOW_BYTES = 8 << 20  # rows of one entry held at a time
 
 
-def consolidate(source: str | os.PathLike, out: str | os.PathLike | None) -> tuple[Path | None, int, bool]:
+def consolidate(source: str | os.PathLike, out: str | os.PathLike | None,
+                check: Callable[[CheckpointReader], None]) -> tuple[Path | None, int, bool]:
     """Write the state of checkpoint ``source`` (and its chain) to ``out`` as one full checkpoint; returns
     (out, rounds done, whether ``source`` was whole already). A full ``source`` is copied as it is (``out``
-    None: nothing written). Raises :class:`CheckpointError` (one line) with nothing written at ``out``."""
+    None: nothing written). ``check(reader)`` raises :class:`CheckpointError` unless the chain is whole. Raises
+    :class:`CheckpointError` (one line) with nothing written at ``out``."""
     source, out = Path(source), None if out is None else Path(out)
     if out is not None and out.exists():
         raise CheckpointError(f"--out {out}: already exists; expected a new file name")
     if out is not None and not out.parent.is_dir():
         raise CheckpointError(f"--out {out}: no such directory {out.parent}")
     with CheckpointReader(source) as ckpt:
-        check_chain(ckpt)  # every link opens, is the file it was written on, is complete and verifies
-        whole, done = base_of(ckpt) is None, int(ckpt.meta["round"])
+        check(ckpt)  # every link opens, is the file it was written on, is complete and verifies
+        whole, done = base_of(ckpt) is None, ckpt.round
     if out is None:
         if not whole:
             raise CheckpointError(f"{source}: an incremental checkpoint; expected --out FILE to write it to")
@@ -54,8 +60,8 @@ def consolidate(source: str | os.PathLike, out: str | os.PathLike | None) -> tup
         if whole:
             written = scratch / source.name
             shutil.copyfile(source, written)
-            with CheckpointReader(written) as check:
-                check.verify()
+            with CheckpointReader(written) as copy:
+                copy.verify()
             os.replace(written, out)
             return out, done, True
         with Chain(source) as chain:
@@ -64,13 +70,13 @@ def consolidate(source: str | os.PathLike, out: str | os.PathLike | None) -> tup
             with CheckpointWriter(scratch, m["round"], algorithm=m["algorithm"], num_clients=m["num_clients"],
                                   dim=m["dim"], config=head.read("meta/config"), keep=None) as w:
                 for path in head.datasets():
-                    if not path.startswith(("meta/", "clients/")):
+                    if not path.startswith(("meta/", f"{CLIENTS}/")):
                         w.write(path, head.read(path))
-                for name in head.names("clients"):
-                    _copy_entry(chain, w, f"clients/{name}", m["num_clients"])
+                for name in head.names(CLIENTS):
+                    _copy_entry(chain, w, f"{CLIENTS}/{name}", m["num_clients"])
         written = scratch / checkpoint_name(m["round"])
-        with CheckpointReader(written) as check:
-            check.verify()
+        with CheckpointReader(written) as copy:
+            copy.verify()
         os.replace(written, out)
     except OSError as exc:
         raise CheckpointError(f"--out {out}: cannot write the file ({error_line(exc)})") from None
