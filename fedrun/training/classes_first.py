@@ -50,8 +50,9 @@ class ClassesFirst(torch.autograd.Function):
     @staticmethod
     def forward(outputs: Tensor) -> Tensor:
         rows, classes = outputs.shape
-        by_class = outputs.new_zeros(classes, rows + -rows % PAD)
+        by_class = outputs.new_empty(classes, rows + -rows % PAD)
         by_class[:, :rows] = outputs.t()
+        by_class[:, rows:] = 0
         return by_class
 
     @staticmethod
