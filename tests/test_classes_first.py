@@ -4,12 +4,15 @@ its self-check refuses a kernel that adds the classes in another order."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 from torch.func import vmap
 from torch.nn import functional as F
 
+import fedrun
 from fedrun.data.client_block import Batches
 from fedrun.models import build_model
 from fedrun.training.classes_first import (
@@ -23,7 +26,7 @@ from fedrun.training.classes_first import (
 )
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.local_strategy import Batched
-from fedrun.training.losses import cross_entropy
+from fedrun.training.losses import cross_entropy, loss_kernel
 
 
 def values_and_gradient(loss, logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor):
@@ -103,3 +106,14 @@ def test_the_batched_oracle_gives_the_reference_bits(dtype):
         (g, value), (g_ref, value_ref) = (oracle(x[:64], slice(0, 64), k) for oracle in oracles)
         assert torch.count_nonzero(g) > 0
         assert same_bits(g, g_ref) and same_bits(value, value_ref), k
+
+
+def test_runtime_json_says_what_computes_the_loss(tmp_path):
+    """A run records its loss's kernel, the one its (dtype, classes) gets on this CPU."""
+    overrides = ["data.name=synthetic", "data.synthetic.shape=[6]", "data.synthetic.num_classes=10",
+                 "data.synthetic.examples_per_client=5", "model.name=logistic", "data.num_clients=6",
+                 "participation.clients_per_round=3", "run.rounds=1", "eval.every=0", f"run.dir={tmp_path / 'run'}"]
+    fedrun.run({}, overrides)
+    recorded = json.loads((tmp_path / "run" / "runtime.json").read_text())["loss_kernel"]
+    assert recorded == loss_kernel("classification", torch.float32, 10, torch.device("cpu"))
+    assert recorded.startswith("classes-first") == exact_here(torch.float32, 10)

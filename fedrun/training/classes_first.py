@@ -102,8 +102,14 @@ def exact_here(dtype: torch.dtype, classes: int) -> bool:
     return classes < PAD and matches_reference(classes_first_cross_entropy, dtype, classes)
 
 
+def exact_for(dtype: torch.dtype, classes: int, device: torch.device) -> bool:
+    """Whether logits of ``classes`` classes in ``dtype`` on ``device`` may take the classes-first kernel: a
+    CPU, float32 or float64, and a (dtype, classes) that passed :func:`exact_here`."""
+    return device.type == "cpu" and dtype in (torch.float32, torch.float64) and exact_here(dtype, classes)
+
+
 def uses_classes_first(outputs: Tensor) -> bool:
     """Whether :func:`fedrun.training.losses.cross_entropy` takes the classes-first kernel for these logits:
-    ``[N, K]`` float32/float64 on a CPU, outside ``torch.func`` transforms, with a (dtype, K) that passed."""
-    return (outputs.dim() == 2 and outputs.device.type == "cpu" and outputs.dtype in (torch.float32, torch.float64)
-            and not torch._C._are_functorch_transforms_active() and exact_here(outputs.dtype, outputs.shape[1]))
+    ``[N, K]`` that :func:`exact_for` admits, outside ``torch.func`` transforms."""
+    return (outputs.dim() == 2 and not torch._C._are_functorch_transforms_active()
+            and exact_for(outputs.dtype, outputs.shape[1], outputs.device))

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
-from fedrun.training.classes_first import classes_first_cross_entropy, reference_cross_entropy, uses_classes_first
+from fedrun.training.classes_first import (
+    classes_first_cross_entropy,
+    exact_for,
+    reference_cross_entropy,
+    uses_classes_first,
+)
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -26,3 +32,13 @@ def half_squared_error(outputs: Tensor, targets: Tensor) -> Tensor:
 
 def loss_for(task: str) -> LossFn:
     return cross_entropy if task == "classification" else half_squared_error
+
+
+def loss_kernel(task: str, dtype: torch.dtype, classes: int, device: torch.device) -> str:
+    """runtime.json's ``loss_kernel``: what computes the run's loss (for classification this runs the
+    classes-first kernel's self-check, once per process)."""
+    if task != "classification":
+        return "half squared error"
+    if exact_for(dtype, classes, device):
+        return "classes-first cross-entropy (checked bit for bit against F.cross_entropy on this CPU)"
+    return "F.cross_entropy"
