@@ -73,7 +73,8 @@ def test_the_self_check_refuses_another_order():
         log_p = torch.log_softmax(outputs.t().contiguous(), 0)
         return F.nll_loss(log_p.t(), targets, reduction="none")
 
-    assert matches_reference(reference_cross_entropy, torch.float32, 10)
+    with torch.inference_mode():  # a first call may come from anywhere, evaluation included
+        assert matches_reference(reference_cross_entropy, torch.float32, 10)
     assert not matches_reference(reversed_sum, torch.float32, 10)
     assert not matches_reference(unpadded, torch.float32, 10)
 

@@ -78,7 +78,7 @@ def matches_reference(candidate: Callable[[Tensor, Tensor], Tensor], dtype: torc
     classes in ``dtype``: the losses and the gradient of ``sum_i w_i loss_i`` with respect to the logits, for
     random weights ``w`` and logits of :data:`PROBE_SPREADS` scales, on probes of :data:`PROBE_ROWS` rows."""
     gen = torch.Generator().manual_seed(0)
-    with torch.enable_grad():
+    with torch.inference_mode(False), torch.enable_grad():  # whatever mode the first caller is in
         for rows in PROBE_ROWS:
             spread = torch.tensor(PROBE_SPREADS, dtype=dtype).repeat(-(-rows // len(PROBE_SPREADS)))[:rows, None]
             logits = torch.randn(rows, classes, generator=gen, dtype=dtype) * spread
