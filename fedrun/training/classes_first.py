@@ -108,8 +108,9 @@ def exact_for(dtype: torch.dtype, classes: int, device: torch.device) -> bool:
     return device.type == "cpu" and dtype in (torch.float32, torch.float64) and exact_here(dtype, classes)
 
 
-def uses_classes_first(outputs: Tensor) -> bool:
-    """Whether :func:`fedrun.training.losses.cross_entropy` takes the classes-first kernel for these logits:
-    ``[N, K]`` that :func:`exact_for` admits, outside ``torch.func`` transforms."""
-    return (outputs.dim() == 2 and not torch._C._are_functorch_transforms_active()
+def uses_classes_first(outputs: Tensor, targets: Tensor) -> bool:
+    """Whether :func:`fedrun.training.losses.cross_entropy` takes the classes-first kernel: logits ``[N, K]``
+    that :func:`exact_for` admits, class indices (not probabilities) as targets, outside ``torch.func``
+    transforms."""
+    return (outputs.dim() == 2 and not targets.is_floating_point() and not torch._C._are_functorch_transforms_active()
             and exact_for(outputs.dtype, outputs.shape[1], outputs.device))

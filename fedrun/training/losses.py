@@ -20,7 +20,7 @@ LossFn = Callable[[Tensor, Tensor], Tensor]
 def cross_entropy(outputs: Tensor, targets: Tensor) -> Tensor:
     """``F.cross_entropy(outputs, targets, reduction="none")``, bit for bit; for few classes on a CPU computed
     by :mod:`fedrun.training.classes_first`, which has checked that it gives these bits on this machine."""
-    if uses_classes_first(outputs):
+    if uses_classes_first(outputs, targets):
         return classes_first_cross_entropy(outputs, targets)
     return reference_cross_entropy(outputs, targets)
 
