@@ -54,7 +54,7 @@ from fedrun.state.rows import ClientRows
 from fedrun.state.store import ClientStore, init_server
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.local_strategy import local_strategy
-from fedrun.training.losses import loss_for
+from fedrun.training.losses import loss_for, loss_kernel
 from fedrun.training.strategy import applicable_strategies, check_strategy, reproducible_strategy, time_strategies
 
 
@@ -80,6 +80,7 @@ class Setup:
     client_eval: ClientEval | None = None  # per-client evaluation (per-client test data: docs/evaluation.md)
     privacy: Privacy | None = None  # clipping and noise of the uploads (privacy.mode != none: docs/privacy.md)
     store_choice: str = ""  # where the client state lives and why (the start-up line)
+    loss_kernel: str = ""  # what computes the loss (runtime.json; fedrun.training.losses.loss_kernel)
 
 
 def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunState]:
@@ -164,7 +165,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients, dim=model.dim,
                   placement=placement, learner=learner, decl=decl, exchange=exchange, round=round_,
                   strategy_timings=timings, strategy_reason=reason, client_eval=client_eval, store_choice=store_choice,
-                  privacy=privacy)
+                  privacy=privacy, loss_kernel=loss_kernel(task.task, dtype, task.num_classes, world.device))
     state = RunState(next_round=0, server=server, clients=clients, schedule=schedule,
                      delay=DelayTracker(num_clients), strategy=strategy,
                      privacy=None if privacy is None else privacy.state)

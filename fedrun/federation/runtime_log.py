@@ -20,9 +20,9 @@ from fedrun.runtime.provenance import provenance
 class RuntimeLog:
     """``runtime.json``: provenance (versions, git commit, hosts, Slurm ids, command line, start time;
     :func:`fedrun.runtime.provenance.provenance`), ranks, device, placement and blocks, the local strategy, why
-    it was taken and its timings, checkpoint write times and sizes, with privacy its guarantee (unit,
-    neighbouring relation, the sigma in use, the noise's source, the metrics it does not cover), and every
-    rank's peak resident memory at the end."""
+    it was taken and its timings, what computes the loss, checkpoint write times and sizes, with privacy its
+    guarantee (unit, neighbouring relation, the sigma in use, the noise's source, the metrics it does not
+    cover), and every rank's peak resident memory at the end."""
 
     def __init__(self, setup: Setup, state: RunState, run_dir: Path | None, resume_s: float | None) -> None:
         self.world, self.clients = setup.world, state.clients
@@ -36,6 +36,7 @@ class RuntimeLog:
             "local_strategy": state.strategy.name, "strategy_timings_s": setup.strategy_timings,
             "strategy_reason": setup.strategy_reason if resume_s is None else "kept from the checkpoint (a resumed "
                                                                               "run keeps its strategy)",
+            "loss_kernel": setup.loss_kernel,
             "start_round": state.next_round, "resume_read_s": resume_s, "checkpoints": [],
         }
         if setup.privacy is not None:  # what the epsilon is about (docs/privacy.md)

@@ -7,11 +7,22 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from fedrun.training.classes_first import (
+    classes_first_cross_entropy,
+    exact_for,
+    reference_cross_entropy,
+    uses_classes_first,
+)
+
 LossFn = Callable[[Tensor, Tensor], Tensor]
 
 
 def cross_entropy(outputs: Tensor, targets: Tensor) -> Tensor:
-    return torch.nn.functional.cross_entropy(outputs, targets, reduction="none")
+    """``F.cross_entropy(outputs, targets, reduction="none")``, bit for bit; for few classes on a CPU computed
+    by :mod:`fedrun.training.classes_first`, which has checked that it gives these bits on this machine."""
+    if uses_classes_first(outputs, targets):
+        return classes_first_cross_entropy(outputs, targets)
+    return reference_cross_entropy(outputs, targets)
 
 
 def half_squared_error(outputs: Tensor, targets: Tensor) -> Tensor:
@@ -21,3 +32,13 @@ def half_squared_error(outputs: Tensor, targets: Tensor) -> Tensor:
 
 def loss_for(task: str) -> LossFn:
     return cross_entropy if task == "classification" else half_squared_error
+
+
+def loss_kernel(task: str, dtype: torch.dtype, classes: int, device: torch.device) -> str:
+    """runtime.json's ``loss_kernel``: what computes the run's loss (for classification this runs the
+    classes-first kernel's self-check, once per process)."""
+    if task != "classification":
+        return "half squared error"
+    if exact_for(dtype, classes, device):
+        return "classes-first cross-entropy (checked bit for bit against F.cross_entropy on this CPU)"
+    return "F.cross_entropy"
