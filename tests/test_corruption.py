@@ -9,7 +9,7 @@ import pytest
 from helpers import config, federation, local_deltas, per_round, resolve
 
 from fedrun.errors import ConfigError
-from fedrun.federation.corruption import STREAM
+from fedrun.federation.corruption import STREAM, Corruption
 
 
 @pytest.mark.parametrize("kind, algorithm", [("sign_flip", "fedavg"), ("gaussian", "fedavg"),
@@ -31,7 +31,7 @@ def test_corrupted_uploads_round_by_round(kind, algorithm):
 
 def test_fraction_picks_round_fraction_n_clients_from_the_seed():
     def mask(fed):
-        return fed.setup.round.trainer.corruption.mask
+        return next(t for t in fed.setup.round.trainer.transforms if isinstance(t, Corruption)).mask
 
     a = mask(federation(config("fedavg", "corruption.kind=sign_flip", "corruption.fraction=0.5")))
     b = mask(federation(config("fedavg", "corruption.kind=sign_flip", "corruption.fraction=0.5")))

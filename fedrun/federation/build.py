@@ -78,7 +78,7 @@ class Setup:
     strategy_timings: dict[str, float]
     strategy_reason: str  # why local.strategy resolved as it did (runtime.json)
     client_eval: ClientEval | None = None  # per-client evaluation (per-client test data: docs/evaluation.md)
-    privacy: Privacy | None = None  # clipping and noise of the uploads (privacy.mode != none: docs/privacy.md)
+    privacy: Privacy | None = None  # its budget, start-up lines and resume checks (also in round.transforms)
     store_choice: str = ""  # where the client state lives and why (the start-up line)
 
 
@@ -130,7 +130,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     privacy = None
     if cfg.privacy.mode != "none":  # the pattern's fresh copy plans the rounds for a calibration of sigma
         shape = RunShape(cfg.algorithm.name, num_clients, cfg.run.rounds, seed, cfg.asynchrony.enabled)
-        privacy = Privacy(cfg.privacy, shape, decl, getattr(schedule, "participation", None),
+        privacy = Privacy(cfg.privacy, shape, decl, schedule.participation,
                           None if cfg.asynchrony.enabled else
                           make_participation(cfg.participation, num_clients, seed, cfg.run.rounds), world)
     entries = (*decl.client, *schedule.held_entries(decl.up))
@@ -153,14 +153,15 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
         else None
     placement = WorkPlacement(blocks, block, world.rank, world.size, work) if mode == "work" else \
         BlockPlacement(blocks, block, world.rank, world.size)
+    transforms = [t for t in (corruption, privacy) if t is not None]  # applied in this order (upload_transform.py)
     trainer = ClientTrainer(algorithm=algorithm, decl=decl, learner=learner, block=block, local=cfg.local, seed=seed,
-                            corruption=corruption, privacy=privacy)
+                            transforms=transforms)
     facts = RoundFacts(num_clients=num_clients, dim=model.dim, total_examples=float(sizes.sum()),
                        rounds=cfg.run.rounds, local_steps=cfg.local.steps,
                        skip_nonfinite=cfg.run.skip_nonfinite_clients)
     round_ = Round(trainer=trainer, exchange=exchange, evaluation=Evaluation(learner, world, cfg.eval, cfg.run.rounds,
                                                                              client_eval),
-                   placement=placement, world=world, facts=facts, privacy=privacy)
+                   placement=placement, world=world, facts=facts, transforms=transforms)
     setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients, dim=model.dim,
                   placement=placement, learner=learner, decl=decl, exchange=exchange, round=round_,
                   strategy_timings=timings, strategy_reason=reason, client_eval=client_eval, store_choice=store_choice,
