@@ -104,7 +104,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     corruption = None
     if cfg.corruption.kind != "none":
         corruption = Corruption(cfg.corruption, decl, cfg.algorithm.name, num_clients, seed)
-    mode = _placement(cfg, decl, world, schedule_type(cfg))
+    mode = _placement(cfg.run.placement, cfg.algorithm.name, decl, world, schedule_type(cfg))
     work = None
     if mode == "work":  # every rank can train every client: its block is all of them
         first, stop = 0, num_clients
@@ -243,17 +243,18 @@ def check_model_memory(cfg: Config, task: TaskData, num_clients: int, ranks: int
                                         len(decl.client) - counts["client"], num_clients // ranks))
 
 
-def _placement(cfg: Config, decl: Declaration, world: World, schedule: type[Schedule]) -> str:
-    """``run.placement`` resolved: ``work`` needs an algorithm without per-client state (that state lives
-    on its owner rank) and a schedule that holds no uploads in client rows across steps (those live there
-    too); ``auto`` takes it on CPU with more than one rank (on a GPU every rank would hold all clients' data)."""
-    requested, stateful, holds = cfg.run.placement, bool(decl.client), bool(schedule.held_entries(decl.up))
+def _placement(requested: str, algorithm: str, decl: Declaration, world: World, schedule: type[Schedule]) -> str:
+    """``run.placement`` (``requested``) resolved for ``algorithm`` (``algorithm.name``): ``work`` needs an
+    algorithm without per-client state (that state lives on its owner rank) and a schedule that holds no
+    uploads in client rows across steps (those live there too); ``auto`` takes it on CPU with more than one
+    rank (on a GPU every rank would hold all clients' data)."""
+    stateful, holds = bool(decl.client), bool(schedule.held_entries(decl.up))
     if requested == "work" and holds:
         raise ConfigError(f"run.placement=work: the {schedule.description} keeps in-flight uploads on the clients' "
                           "owner ranks; expected blocks or auto")
     if requested == "work" and stateful:
         names = ", ".join(e.name for e in decl.client)
-        raise ConfigError(f"run.placement=work: algorithm {cfg.algorithm.name} keeps per-client state "
+        raise ConfigError(f"run.placement=work: algorithm {algorithm} keeps per-client state "
                           f"({names}) on its owner rank; expected blocks or auto")
     if requested == "auto":
         usable = not stateful and not holds and world.size > 1 and world.device.type == "cpu"
