@@ -21,8 +21,7 @@ from torch import Tensor
 
 from fedrun.config import CorruptionConfig
 from fedrun.errors import ConfigError
-from fedrun.federation.exchange import ServerRule
-from fedrun.protocol import Declaration
+from fedrun.protocol import Declaration, ServerRule
 
 STREAM = 0x434F5252  # "CORR": which clients (round 0) and the Gaussian uploads (per round and client)
 

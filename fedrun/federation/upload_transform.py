@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 from torch import Tensor
 
-from fedrun.federation.exchange import ServerRule
+from fedrun.protocol import ServerRule
 
 
 class UploadTransform(Protocol):

@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import secrets
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,7 +46,7 @@ from torch import Tensor
 
 from fedrun.errors import CheckpointError, ConfigError
 from fedrun.privacy.config import PrivacyConfig
-from fedrun.protocol import Declaration, RoundContext
+from fedrun.protocol import Declaration, RoundContext, ServerRule
 from fedrun.runtime.flat import broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
 
@@ -61,8 +60,6 @@ STREAM_COUNT = 0x44504342  # "DPCB": the noise of the adaptive clip's count, rng
 ADAPTIVE_LR = 0.2  # eta_C of the geometric clip update (Andrew et al. 2021)
 COUNT_NOISE_SHARE = 20.0  # sigma_b = m / 20 (Andrew et al. 2021)
 BUDGET_SLACK = 1e-9  # relative: a calibrated run's last round may exceed the target by the float order of the sums
-
-ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
 
 
 def generator(device: torch.device, *keys: int, secure: bool = False) -> torch.Generator:
