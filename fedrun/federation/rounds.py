@@ -16,10 +16,10 @@ Round (or asynchronous server step) t, on every rank; the runtime never knows wh
 The round receives the objects it uses (:class:`Round`): the client trainer (this rank's clients and the
 algorithm's client rules, :mod:`fedrun.federation.client_trainer`), the exchange, the evaluation, the placement
 of the clients on the ranks, the run's fixed numbers (:class:`RoundFacts`) and the upload transforms
-(:mod:`fedrun.federation.upload_transform`: corruption, privacy), which it applies as a list in step 5
-(each one's server rule around the sum, then its part of the record) without knowing what is in it; the
-trainer applies their client side in step 3. What changes from round to round,
-including the schedule that owns its buffer of waiting uploads and the client store they wait in, is the
+(:mod:`fedrun.federation.upload_transform`: corruption, privacy), a list it applies without knowing what is
+in it: the trainer applies their client side in step 3, the round their server rules around the sum in step
+5 and their parts of the record in step 6. What changes from round to round, including the schedule that
+owns its buffer of waiting uploads and the client store they wait in, is the
 :class:`~fedrun.federation.run_state.RunState` it is passed. Staleness is the schedule's: the round asks the step
 (:meth:`~fedrun.federation.schedule.Step.consumed_staleness`) and never tests for a synchronous round.
 """

@@ -28,8 +28,9 @@ from fedrun.protocol import ServerRule
 
 
 class UploadTransform(Protocol):
-    """One change the runtime makes to the uploads (see the module docstring). Every hook is called on every
-    rank in the same order, so a hook may be collective."""
+    """One change the runtime makes to the uploads (see the module docstring). ``server_rule`` and
+    ``after_step`` are called once a step on every rank, in list order, so they may be collective;
+    ``client_uploads`` is called for each group of clients a rank trains (none on a rank without any)."""
 
     def client_uploads(self, up: dict[str, Tensor], ids: np.ndarray, t: int) -> dict[str, Tensor]:
         """The uploads ``up`` (``[C, ...]``) of global clients ``ids`` in round t as they leave the clients."""
