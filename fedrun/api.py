@@ -50,8 +50,8 @@ def run(config: Config | dict | str | Path, overrides: list[str] | tuple[str, ..
     line naming it (:class:`fedrun.runtime.failures.FailureGuard`).
     """
     cfg = _resolved(config, overrides)
-    check_threads(cfg)  # before the rendezvous: every rank refuses it alike, rank 0 says so
-    check_sinks(cfg, cfg.run_dir() if write_files else None)  # and before anything is written
+    check_threads(cfg.run)  # before the rendezvous: every rank refuses it alike, rank 0 says so
+    check_sinks(cfg.metrics, cfg.run_dir() if write_files else None)  # and before anything is written
     owns_world = world is None
     world = world or init_world(cfg.run.device, cfg.run.timeout_s)
     if signals is not None:

@@ -18,7 +18,7 @@ import numpy as np
 from fedrun.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fedrun.config import Config
+    from fedrun.config import Config, MetricsConfig, RunConfig
     from fedrun.data.dataset import TaskData
 
 # The input each model is built for, per example (C: any channel count; F: any feature count; L: any
@@ -37,7 +37,7 @@ EXPECTED_INPUT: dict[str, str] = {
 }
 
 
-def check_threads(cfg: Config) -> None:
+def check_threads(run: RunConfig) -> None:
     """Raise :class:`ConfigError` unless ``run.threads`` is at most the CPUs this process may run on (its
     affinity mask): more intra-op threads than CPUs only contend, and torch crashes at some thousands
     (``run.threads=100000`` ended in a segmentation fault). Checked where a rank starts, not on a login
@@ -46,12 +46,12 @@ def check_threads(cfg: Config) -> None:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    if cfg.run.threads > cpus:
+    if run.threads > cpus:
         raise ConfigError(f"run.threads: expected at most the {cpus} CPU(s) this process may use, got "
-                          f"{cfg.run.threads}")
+                          f"{run.threads}")
 
 
-def check_sinks(cfg: Config, run_dir: Path | None) -> None:
+def check_sinks(metrics: MetricsConfig, run_dir: Path | None) -> None:
     """Raise :class:`ConfigError` (one line, nothing written) for a sink the run could not write, before the
     run directory is touched: ``<run.dir>/tensorboard`` a file or not writable (TensorBoard's writer raised
     FileExistsError mid-start-up), a ``metrics.mlflow`` that is neither a tracking URI of a known scheme nor
@@ -59,17 +59,17 @@ def check_sinks(cfg: Config, run_dir: Path | None) -> None:
     if run_dir is None:
         return
     board = run_dir / "tensorboard"
-    if cfg.metrics.tensorboard and (board.exists() or board.is_symlink()):
+    if metrics.tensorboard and (board.exists() or board.is_symlink()):
         if not board.is_dir():
             raise ConfigError(f"metrics.tensorboard: {board} is a file; expected a directory for TensorBoard's "
                               "event files (move the file, or metrics.tensorboard=false)")
         if not os.access(board, os.W_OK | os.X_OK):
             raise ConfigError(f"metrics.tensorboard: {board} is not writable; expected a writable directory "
                               "(or metrics.tensorboard=false)")
-    if cfg.metrics.mlflow:
+    if metrics.mlflow:
         from fedrun.metrics.mlflow import tracking_uri
 
-        tracking_uri(cfg.metrics.mlflow, run_dir)
+        tracking_uri(metrics.mlflow, run_dir)
 
 
 def check_model_fits_data(cfg: Config, task: TaskData | None = None) -> None:

@@ -160,3 +160,8 @@ class RoundContext:
     # the server rule receives this step, in client-id order; None (and 0) in synchronous rounds
     staleness: Tensor | None = None
     max_staleness: int = 0
+
+
+# a server rule as the runtime applies it on rank 0: (server state, the step's summed uploads, context) -> new
+# server state (an algorithm's ``server_update``, or an upload transform's rule around it)
+ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]

@@ -9,7 +9,8 @@ import pytest
 from helpers import config, federation, local_deltas, per_round, resolve
 
 from fedrun.errors import ConfigError
-from fedrun.federation.corruption import STREAM
+from fedrun.federation.corruption import STREAM, Corruption
+from fedrun.privacy.mechanism import Privacy
 
 
 @pytest.mark.parametrize("kind, algorithm", [("sign_flip", "fedavg"), ("gaussian", "fedavg"),
@@ -31,7 +32,7 @@ def test_corrupted_uploads_round_by_round(kind, algorithm):
 
 def test_fraction_picks_round_fraction_n_clients_from_the_seed():
     def mask(fed):
-        return fed.setup.round.trainer.corruption.mask
+        return next(t for t in fed.setup.round.trainer.transforms if isinstance(t, Corruption)).mask
 
     a = mask(federation(config("fedavg", "corruption.kind=sign_flip", "corruption.fraction=0.5")))
     b = mask(federation(config("fedavg", "corruption.kind=sign_flip", "corruption.fraction=0.5")))
@@ -51,3 +52,26 @@ def test_fraction_picks_round_fraction_n_clients_from_the_seed():
 def test_bad_corruption_settings_name_the_field(overrides, message):
     with pytest.raises(ConfigError, match="^" + message.replace("[", r"\[")):
         federation(config("fedavg", *overrides))
+
+
+def test_corruption_and_privacy_are_upload_transforms_applied_in_order():
+    """The run's upload transforms, built once: none without ``corruption`` and ``privacy``; with both,
+    corruption then privacy, in the trainer and the round alike. So a corrupted upload is clipped like any
+    other, round by round: x_{t+1} = x_t + mean_i clip(corrupt(Delta_i)) (central mode with sigma = 0)."""
+    assert federation(config("fedavg")).setup.round.transforms == []
+    clip = 0.05
+    cfg = config("fedavg", "corruption.kind=gaussian", "corruption.clients=[1, 4]", "corruption.scale=3.0",
+                 "privacy.mode=central", "privacy.noise_multiplier=0", f"privacy.clip={clip}")
+    seed = resolve(cfg).run.seed
+    fed = federation(cfg)
+    transforms = fed.setup.round.transforms
+    assert [type(t) for t in transforms] == [Corruption, Privacy] and fed.setup.round.trainer.transforms == transforms
+    x = fed.global_model().numpy().copy()
+    everyone = np.arange(resolve(cfg).data.num_clients)
+    for t, x_next in enumerate(per_round(fed, 4)):
+        deltas = local_deltas(cfg, x, everyone)
+        for i in (1, 4):
+            deltas[i] = 3.0 * np.random.default_rng([seed, t, i, STREAM]).standard_normal(deltas.shape[1])
+        norms = np.linalg.norm(deltas, axis=1, keepdims=True)
+        x = x + (deltas * np.minimum(1.0, clip / norms)).mean(axis=0)
+        np.testing.assert_allclose(x_next, x, rtol=0, atol=1e-12, err_msg=f"round {t + 1}")

@@ -78,7 +78,7 @@ class Setup:
     strategy_timings: dict[str, float]
     strategy_reason: str  # why local.strategy resolved as it did (runtime.json)
     client_eval: ClientEval | None = None  # per-client evaluation (per-client test data: docs/evaluation.md)
-    privacy: Privacy | None = None  # clipping and noise of the uploads (privacy.mode != none: docs/privacy.md)
+    privacy: Privacy | None = None  # its budget, start-up lines and resume checks (also in round.transforms)
     store_choice: str = ""  # where the client state lives and why (the start-up line)
     loss_kernel: str = ""  # what computes the loss (runtime.json; fedrun.training.losses.loss_kernel)
 
@@ -105,7 +105,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     corruption = None
     if cfg.corruption.kind != "none":
         corruption = Corruption(cfg.corruption, decl, cfg.algorithm.name, num_clients, seed)
-    mode = _placement(cfg, decl, world, schedule_type(cfg))
+    mode = _placement(cfg.run.placement, cfg.algorithm.name, decl, world, schedule_type(cfg))
     work = None
     if mode == "work":  # every rank can train every client: its block is all of them
         first, stop = 0, num_clients
@@ -131,7 +131,7 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
     privacy = None
     if cfg.privacy.mode != "none":  # the pattern's fresh copy plans the rounds for a calibration of sigma
         shape = RunShape(cfg.algorithm.name, num_clients, cfg.run.rounds, seed, cfg.asynchrony.enabled)
-        privacy = Privacy(cfg.privacy, shape, decl, getattr(schedule, "participation", None),
+        privacy = Privacy(cfg.privacy, shape, decl, schedule.participation,
                           None if cfg.asynchrony.enabled else
                           make_participation(cfg.participation, num_clients, seed, cfg.run.rounds), world)
     entries = (*decl.client, *schedule.held_entries(decl.up))
@@ -154,14 +154,15 @@ def build(cfg: Config, world: World, run_dir: Path | None) -> tuple[Setup, RunSt
         else None
     placement = WorkPlacement(blocks, block, world.rank, world.size, work) if mode == "work" else \
         BlockPlacement(blocks, block, world.rank, world.size)
+    transforms = [t for t in (corruption, privacy) if t is not None]  # applied in this order (upload_transform.py)
     trainer = ClientTrainer(algorithm=algorithm, decl=decl, learner=learner, block=block, local=cfg.local, seed=seed,
-                            corruption=corruption, privacy=privacy)
+                            transforms=transforms)
     facts = RoundFacts(num_clients=num_clients, dim=model.dim, total_examples=float(sizes.sum()),
                        rounds=cfg.run.rounds, local_steps=cfg.local.steps,
                        skip_nonfinite=cfg.run.skip_nonfinite_clients)
     round_ = Round(trainer=trainer, exchange=exchange, evaluation=Evaluation(learner, world, cfg.eval, cfg.run.rounds,
                                                                              client_eval),
-                   placement=placement, world=world, facts=facts, privacy=privacy)
+                   placement=placement, world=world, facts=facts, transforms=transforms)
     setup = Setup(cfg=cfg, world=world, run_dir=run_dir, dtype=dtype, num_clients=num_clients, dim=model.dim,
                   placement=placement, learner=learner, decl=decl, exchange=exchange, round=round_,
                   strategy_timings=timings, strategy_reason=reason, client_eval=client_eval, store_choice=store_choice,
@@ -243,17 +244,18 @@ def check_model_memory(cfg: Config, task: TaskData, num_clients: int, ranks: int
                                         len(decl.client) - counts["client"], num_clients // ranks))
 
 
-def _placement(cfg: Config, decl: Declaration, world: World, schedule: type[Schedule]) -> str:
-    """``run.placement`` resolved: ``work`` needs an algorithm without per-client state (that state lives
-    on its owner rank) and a schedule that holds no uploads in client rows across steps (those live there
-    too); ``auto`` takes it on CPU with more than one rank (on a GPU every rank would hold all clients' data)."""
-    requested, stateful, holds = cfg.run.placement, bool(decl.client), bool(schedule.held_entries(decl.up))
+def _placement(requested: str, algorithm: str, decl: Declaration, world: World, schedule: type[Schedule]) -> str:
+    """``run.placement`` (``requested``) resolved for ``algorithm`` (``algorithm.name``): ``work`` needs an
+    algorithm without per-client state (that state lives on its owner rank) and a schedule that holds no
+    uploads in client rows across steps (those live there too); ``auto`` takes it on CPU with more than one
+    rank (on a GPU every rank would hold all clients' data)."""
+    stateful, holds = bool(decl.client), bool(schedule.held_entries(decl.up))
     if requested == "work" and holds:
         raise ConfigError(f"run.placement=work: the {schedule.description} keeps in-flight uploads on the clients' "
                           "owner ranks; expected blocks or auto")
     if requested == "work" and stateful:
         names = ", ".join(e.name for e in decl.client)
-        raise ConfigError(f"run.placement=work: algorithm {cfg.algorithm.name} keeps per-client state "
+        raise ConfigError(f"run.placement=work: algorithm {algorithm} keeps per-client state "
                           f"({names}) on its owner rank; expected blocks or auto")
     if requested == "auto":
         usable = not stateful and not holds and world.size > 1 and world.device.type == "cpu"

@@ -7,17 +7,19 @@ For a group C of this rank's clients (block rows, sorted), round t, with downlin
     local  = K local steps of the oracle of the run's local strategy on C's minibatches of round t
     up_C, state_C' = client_finish(down, state_C, local, clients_C, ctx)
 
-then the runtime's own changes to the uploads, which the algorithm never sees: the chosen clients'
-corruption (``corruption.kind``) and the privacy mechanism's clipping (and local noise). After the exchange,
-``active_update`` on the consumed clients' rows and ``after_round`` on the block's scalar entries.
+then the runtime's own changes to the uploads, which the algorithm never sees: each upload transform's
+``client_uploads`` in list order (:mod:`fedrun.federation.upload_transform`: the chosen clients' corruption,
+the privacy mechanism's clipping and local noise). After the exchange, ``active_update`` on the consumed
+clients' rows and ``after_round`` on the block's scalar entries.
 
-The trainer receives what it uses (the algorithm, the model, this rank's client block, ``local`` and the
-seed), never the whole config; the round (:mod:`fedrun.federation.rounds`) passes it the run state.
+The trainer receives what it uses (the algorithm, the model, this rank's client block, ``local``, the seed
+and the upload transforms), never the whole config; the round (:mod:`fedrun.federation.rounds`) passes it
+the run state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -26,9 +28,8 @@ from torch import Tensor
 from fedrun.algorithms.base import Algorithm
 from fedrun.config import LocalConfig
 from fedrun.data.client_block import ClientBlock
-from fedrun.federation.corruption import Corruption
 from fedrun.federation.run_state import RunState
-from fedrun.privacy.mechanism import Privacy
+from fedrun.federation.upload_transform import UploadTransform
 from fedrun.protocol import Clients, Declaration, LocalResult, RoundContext, Vector
 from fedrun.state.store import ClientStore
 from fedrun.training.dropout import DropoutSeeds
@@ -59,8 +60,7 @@ class ClientTrainer:
     block: ClientBlock  # this rank's clients (block row r is client block.first + r)
     local: LocalConfig
     seed: int
-    corruption: Corruption | None = None  # clients whose uploads are corrupted (corruption.kind != none)
-    privacy: Privacy | None = None  # clipping and noise of the uploads (privacy.mode != none)
+    transforms: list[UploadTransform] = field(default_factory=list)  # the runtime's changes to the uploads
 
     def train(self, state: RunState, rows: np.ndarray, start: dict[str, Tensor], down: dict[str, Tensor],
               ctx: RoundContext, staleness: Tensor | None) -> tuple[dict[str, Tensor], Tensor, dict[str, Tensor]]:
@@ -78,10 +78,8 @@ class ClientTrainer:
         seeds = DropoutSeeds(rows + block.first, self.seed, t) if learner.random_model else None
         local: LocalResult = state.strategy.train(plan, batches, ctx.lr, local_cfg, seeds)
         up, new_state = algorithm.client_finish(down, client_state, local, clients, ctx)
-        if self.corruption is not None:  # the runtime corrupts the chosen clients' deltas; the algorithm never knows
-            up = self.corruption.apply(up, rows + block.first, t)
-        if self.privacy is not None:  # clipped (and noised, in local mode) before they leave the clients
-            up = self.privacy.client_uploads(up, rows + block.first, t)
+        for transform in self.transforms:  # before the uploads leave the clients; the algorithm never knows
+            up = transform.client_uploads(up, rows + block.first, t)
         return up, local.loss, new_state
 
     def view(self, state: RunState, rows: np.ndarray, t: int, staleness: Tensor | None) -> Clients:

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from fedrun.data.sizes import available_bytes
 from fedrun.errors import ConfigError, NumericalError
-from fedrun.protocol import Declaration, Entry, RoundContext, Scalar
+from fedrun.protocol import Declaration, Entry, RoundContext, Scalar, ServerRule
 from fedrun.runtime import exact_sum
 from fedrun.runtime.flat import GATHER_BYTES, FlatLayout, broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
@@ -52,8 +52,6 @@ CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
 # the gathered buffer and the server rule's working arrays (a sort's values and its int64 indices, the
 # result): what the start-up check asks free memory for, per gathered entry, in units of [n, d]
 GATHER_COPIES = 4
-
-ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
 
 
 @dataclasses.dataclass

@@ -15,8 +15,11 @@ Round (or asynchronous server step) t, on every rank; the runtime never knows wh
 
 The round receives the objects it uses (:class:`Round`): the client trainer (this rank's clients and the
 algorithm's client rules, :mod:`fedrun.federation.client_trainer`), the exchange, the evaluation, the placement
-of the clients on the ranks, and the run's fixed numbers (:class:`RoundFacts`). What changes from round to round,
-including the schedule that owns its buffer of waiting uploads and the client store they wait in, is the
+of the clients on the ranks, the run's fixed numbers (:class:`RoundFacts`) and the upload transforms
+(:mod:`fedrun.federation.upload_transform`: corruption, privacy), a list it applies without knowing what is
+in it: the trainer applies their client side in step 3, the round their server rules around the sum in step
+5 and their parts of the record in step 6. What changes from round to round, including the schedule that
+owns its buffer of waiting uploads and the client store they wait in, is the
 :class:`~fedrun.federation.run_state.RunState` it is passed. Staleness is the schedule's: the round asks the step
 (:meth:`~fedrun.federation.schedule.Step.consumed_staleness`) and never tests for a synchronous round.
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,8 +42,8 @@ from fedrun.federation.evaluation import CLIENT_ARRAYS, Evaluation
 from fedrun.federation.exchange import Exchange, Uplink, finite_uploads
 from fedrun.federation.run_state import RunState
 from fedrun.federation.schedule import Step
+from fedrun.federation.upload_transform import UploadTransform
 from fedrun.metrics.fingerprint import fingerprint
-from fedrun.privacy.mechanism import Privacy
 from fedrun.protocol import RoundContext
 from fedrun.runtime.world import World
 from fedrun.training.schedule import local_lr
@@ -78,7 +81,7 @@ class Round:
     placement: Placement
     world: World
     facts: RoundFacts
-    privacy: Privacy | None = None  # clipping and noise of the uploads (privacy.mode != none: docs/privacy.md)
+    transforms: list[UploadTransform] = field(default_factory=list)  # the runtime's changes to the uploads
 
     def run(self, state: RunState, t: int, stop_requested: Callable[[], bool] = lambda: False) -> dict[str, Any]:
         """Run round t (collective over all ranks), advance ``state`` and return the round's metrics record;
@@ -110,13 +113,10 @@ class Round:
             self.store_state(state, rows, new_state, bad)
         # 5. one reduce, the server rule on rank 0, one broadcast
         label = f"{schedule.step_name} {t + 1}"  # user-visible numbers count from 1
-        rule, privacy = trainer.algorithm.server_update, self.privacy
-        if privacy is not None:  # the server rule sees the noised sum (docs/privacy.md); the algorithm never knows
-            privacy.before_exchange()
-            rule = privacy.server_rule(rule, schedule.probabilities(t))
+        rule = trainer.algorithm.server_update
+        for transform in reversed(self.transforms):  # on rank 0 the sum meets the first transform's rule first
+            rule = transform.server_rule(rule, schedule.probabilities(t))
         outcome = self.exchange.step(label, ctx, uplink, state.server, rule)
-        if privacy is not None:
-            privacy.after_exchange()
         state.server = outcome.server
         arrived = np.zeros(facts.num_clients, dtype=bool)
         arrived[step.consume] = True
@@ -136,8 +136,8 @@ class Round:
                                  "local_lr": lr, **delays}
         if facts.skip_nonfinite:
             entry["dropped_clients"] = dropped
-        if privacy is not None:
-            entry.update(privacy.record(t, step.consume))
+        for transform in self.transforms:
+            entry.update(transform.after_step(t, step.consume))
         entry.update(schedule.end(t, step, down["x"]))
         if self.evaluation.due(t):
             entry.update(self.evaluation.after_round(outcome.down_next["x"], t, state.strategy, stop_requested))

@@ -84,6 +84,7 @@ class Schedule(Protocol):
     step_name: ClassVar[str]  # what one step is called in messages ("round", "server step")
     description: ClassVar[str]  # what the schedule is called in messages
     cohort: int  # how many clients a step typically trains (sizes the timing of the local strategies)
+    participation: Participation | None  # the pattern that draws S_t (what privacy accounts); None: no pattern
 
     def begin(self, t: int) -> Step: ...
 
@@ -202,6 +203,7 @@ class Buffered:
 
     step_name = "server step"
     description = "asynchronous mode"
+    participation = None  # it dispatches clients from its event queue, not from a participation pattern
 
     def __init__(self, cfg: AsyncConfig, num_clients: int, seed: int, dtype: torch.dtype,
                  device: torch.device) -> None:

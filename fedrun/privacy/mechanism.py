@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import secrets
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,7 +46,7 @@ from torch import Tensor
 
 from fedrun.errors import CheckpointError, ConfigError
 from fedrun.privacy.config import PrivacyConfig
-from fedrun.protocol import Declaration, RoundContext
+from fedrun.protocol import Declaration, RoundContext, ServerRule
 from fedrun.runtime.flat import broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
 
@@ -61,8 +60,6 @@ STREAM_COUNT = 0x44504342  # "DPCB": the noise of the adaptive clip's count, rng
 ADAPTIVE_LR = 0.2  # eta_C of the geometric clip update (Andrew et al. 2021)
 COUNT_NOISE_SHARE = 20.0  # sigma_b = m / 20 (Andrew et al. 2021)
 BUDGET_SLACK = 1e-9  # relative: a calibrated run's last round may exceed the target by the float order of the sums
-
-ServerRule = Callable[[dict[str, Tensor], dict[str, Tensor], RoundContext], dict[str, Tensor]]
 
 
 def generator(device: torch.device, *keys: int, secure: bool = False) -> torch.Generator:
@@ -147,7 +144,9 @@ class RunShape:
 
 
 class Privacy:
-    """The configured mechanism of a run (``privacy.mode`` central or local), built once per rank."""
+    """The configured mechanism of a run (``privacy.mode`` central or local), built once per rank: an upload
+    transform (fedrun.federation.upload_transform) whose ``client_uploads`` clip (and noise, local mode) on
+    the clients' ranks and whose ``server_rule`` noises the exact sum on rank 0 (central mode)."""
 
     def __init__(self, cfg: PrivacyConfig, run: RunShape, decl: Declaration, participation: Any, planner: Any,
                  world: World) -> None:
@@ -234,16 +233,13 @@ class Privacy:
         return out
 
     # ------------------------------------------------------------------------------------------ the server side
-    def before_exchange(self) -> None:
-        """Adaptive clipping: the round's count of clients within the clip, summed to rank 0 (collective)."""
-        if self.cfg.adaptive_quantile is None:
-            return
-        count = torch.tensor([self._below], dtype=torch.int64, device=self.world.device)
-        self._count, self._below = float(reduce_to_root(self.world, count)), 0
-
     def server_rule(self, rule: ServerRule, probabilities: np.ndarray | None) -> ServerRule:
         """``rule`` applied to the noised sum (central mode; rank 0), normalized by the expected cohort under
-        poisson participation (``probabilities``: the round's p_i^t)."""
+        poisson participation (``probabilities``: the round's p_i^t). Collective, before the step's reduce:
+        with adaptive clipping the round's count of clients within the clip is summed to rank 0 first."""
+        if self.cfg.adaptive_quantile is not None:
+            count = torch.tensor([self._below], dtype=torch.int64, device=self.world.device)
+            self._count, self._below = float(reduce_to_root(self.world, count)), 0
         if not self.central:
             return rule
 
@@ -298,19 +294,16 @@ class Privacy:
         share = (self._count - reported / 2 + noise) / m + 0.5
         return clip * math.exp(-ADAPTIVE_LR * (share - float(self.cfg.adaptive_quantile)))
 
-    def after_exchange(self) -> None:
-        """Adaptive clipping: every rank learns C_{t+1} from rank 0 (collective)."""
-        if self.cfg.adaptive_quantile is None:
-            return
-        clip = torch.tensor([self.state.clip], dtype=torch.float64, device=self.world.device)
-        self.state.clip = float(broadcast_from_root(self.world, clip))
-
     # ------------------------------------------------------------------------------------------ accounting
-    def record(self, t: int, participants: np.ndarray) -> dict[str, float]:
-        """Round t done with ``participants`` (global ids): the metrics' ``epsilon``, the noise it actually
-        used (``noise_multiplier``, the sigma accounted; with adaptive clipping also the update's own
+    def after_step(self, t: int, participants: np.ndarray) -> dict[str, float]:
+        """Round t done with ``participants`` (global ids; collective): with adaptive clipping every rank first
+        learns C_{t+1} from rank 0; then the metrics' ``epsilon``, the noise it actually used
+        (``noise_multiplier``, the sigma accounted; with adaptive clipping also the update's own
         ``update_noise_multiplier`` sigma_u and the count's ``count_noise`` sigma_b, so that epsilon can be
         recomputed from the records alone) and, when adaptive, ``clip``, the C of the next round."""
+        if self.cfg.adaptive_quantile is not None:
+            clip = torch.tensor([self.state.clip], dtype=torch.float64, device=self.world.device)
+            self.state.clip = float(broadcast_from_root(self.world, clip))
         probabilities = self.participation.probabilities(t)
         if self.sampling == "poisson":
             self.check_poisson(t, probabilities, participants)
