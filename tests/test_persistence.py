@@ -125,6 +125,27 @@ def test_the_manifest_lists_what_the_file_holds_and_an_older_file_without_one_st
     assert resumed.rounds_run == 2 and np.array_equal(resumed.x, _run(tmp_path / "whole", 6).x)
 
 
+@pytest.mark.parametrize("quirk, removed", [("false", "finish"), ("true", "last_drawn")])
+def test_an_older_asynchronous_file_is_checked_against_what_its_schedule_writes(tmp_path, quirk, removed):
+    """The layout derived for a file without a manifest names the asynchronous schedule's datasets as its
+    ``state_dict`` writes them (the dispatch quirk's ``last_drawn`` with the quirk), so such a file still checks
+    complete and a missing one is named."""
+    run = tmp_path / "run"
+    _run(run, 2, "algorithm.name=fedavg", "asynchrony.enabled=true", "asynchrony.buffer_size=2",
+         "asynchrony.concurrency=4", f"asynchrony.replicate_dispatch_quirk={quirk}")
+    path = run / "ckpt_00000002.h5"
+    with h5py.File(path, "r+") as f:
+        held = set(f["schedule"])
+        del f[MANIFEST]
+    assert {"start", "finish", "clock"} <= held and ("last_drawn" in held) == (quirk == "true")
+    with CheckpointReader(path) as reader:
+        snapshot.check_layout(reader)
+    with h5py.File(path, "r+") as f:
+        del f[f"schedule/{removed}"]
+    with CheckpointReader(path) as reader, pytest.raises(CheckpointError, match=f"schedule/{removed} is missing"):
+        snapshot.check_layout(reader)
+
+
 def test_both_stores_are_client_rows_and_agree_on_what_a_checkpoint_stores(tmp_path):
     """The memory and disk stores implement one interface; a checkpoint asks each which rows to store (the memory
     store: all; the disk store: those written) and which changed, never which store it has."""

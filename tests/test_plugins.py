@@ -89,6 +89,43 @@ def test_a_bad_plugin_is_one_line_naming_the_field(myfl, tmp_path, capsys, overr
     assert not list((tmp_path / "run").glob("ckpt_*"))
 
 
+OLD_HOOKS = """
+import numpy as np
+
+from fedrun.federation.participation import Participation, round_rng
+
+
+class Rotating(Participation):
+    stateful = True
+
+    def __init__(self, num_clients, seed):
+        super().__init__(num_clients, seed)
+        self.offset = 0
+
+    def _draw(self, t):
+        self.offset = (self.offset + int(round_rng(self.seed, t).integers(self.num_clients))) % self.num_clients
+        return np.arange(self.num_clients) == self.offset
+
+    def _state(self):
+        return {"offset": np.asarray(self.offset)}
+
+    def _load_state(self, d):
+        self.offset = int(d["offset"])
+"""
+
+
+def test_a_pattern_on_the_old_persistence_hooks_is_refused_before_anything_is_written(myfl, tmp_path, capsys):
+    """A plugin still implementing ``_state`` / ``_load_state`` (hooks fedrun no longer calls) would resume with
+    its state lost: it is one line naming it and the contract it must implement, exit status 2."""
+    (myfl / "old_pattern.py").write_text(OLD_HOOKS)
+    code, err = cli(["train", "--quiet", f"run.dir={tmp_path / 'run'}", *LEAST_SQUARES, "run.rounds=2",
+                     "participation.pattern=myfl.old_pattern:Rotating"], capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "participation.pattern: myfl.old_pattern:Rotating implements _state / _load_state," in err[0], err
+    assert all(w in err[0] for w in ("state_dict() / load_state_dict(d)", "docs/extending.md")), err
+    assert not list((tmp_path / "run").glob("ckpt_*"))
+
+
 @pytest.mark.parametrize("override, message", [
     ("algorithm.clipp=1", "algorithm.clipp: unknown key (allowed: clip, global_lr)"),
     ("algorithm.clip=abc", "algorithm.clip: expected a number, got 'abc'"),

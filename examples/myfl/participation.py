@@ -52,10 +52,11 @@ class NoRepeat(Participation):
     def max_active(self) -> int:
         return self.clients_per_round
 
-    def _state(self) -> dict[str, np.ndarray]:
-        return {"last_active": self.last_active.copy()}
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return super().state_dict() | {"last_active": self.last_active.copy()}  # saved under schedule/
 
-    def _load_state(self, d: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(d)  # the round drawn next
         self.last_active = self._vector(d, "last_active", np.int64)
 
     def _reset(self) -> None:

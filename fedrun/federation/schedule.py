@@ -108,11 +108,6 @@ class Schedule(Protocol):
     def release(self, store: ClientStore, rows: Tensor) -> dict[str, Tensor]:
         """The held uploads of block rows ``rows``, consumed now (they leave the schedule)."""
 
-    @staticmethod
-    def layout(num_clients: int) -> dict[str, tuple[int, ...]]:
-        """The datasets ``state_dict`` always writes, with their shapes (checking a checkpoint written before
-        the manifest, fedrun.checkpoint.legacy)."""
-
     def state_dict(self) -> dict[str, np.ndarray]: ...
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
@@ -168,10 +163,6 @@ class Synchronous:
     def release(self, store: ClientStore, rows: Tensor) -> dict[str, Tensor]:
         uploads, self._held = self._held, {}
         return uploads
-
-    @staticmethod
-    def layout(num_clients: int) -> dict[str, tuple[int, ...]]:
-        return {"next_round": ()}
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return self.participation.state_dict()
@@ -280,10 +271,6 @@ class Buffered:
         held = store.gather(rows, parked)
         store.scatter(rows, {name: torch.zeros_like(value) for name, value in held.items()})  # they leave
         return {name.removeprefix(PENDING): value for name, value in held.items()}
-
-    @staticmethod
-    def layout(num_clients: int) -> dict[str, tuple[int, ...]]:
-        return {"start": (num_clients,), "finish": (num_clients,), "clock": ()}
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {"start": self.start_version.copy(), "finish": self.finish.copy(), "clock": np.float64(self.clock)}

@@ -54,7 +54,8 @@ from fedrun.errors import BrokenChain, CheckpointError, ConfigError
 from fedrun.federation.build import RunState, Setup
 from fedrun.federation.client_trainer import Learner
 from fedrun.federation.delay import DelayTracker
-from fedrun.federation.schedule import schedule_type
+from fedrun.federation.participation import Participation
+from fedrun.federation.schedule import Buffered, Synchronous
 from fedrun.metrics.log import json_line
 from fedrun.privacy.mechanism import layout as privacy_layout
 from fedrun.protocol import Entry, Vector
@@ -150,9 +151,12 @@ def old_parts(num_clients: int, dim: int, rounds_done: int, config: dict[str, An
     def shapes(entries: tuple[Entry, ...]) -> dict[str, tuple[int, ...]]:
         return {e.name: (dim,) if isinstance(e, Vector) else () for e in entries}
 
-    schedule = schedule_type(cfg)
+    # the schedule before its first step, from the config alone: its state holds the datasets every checkpoint
+    # of the config holds (a stateful pattern adds its own, not checked here: building it may need its files)
+    schedule = Buffered(cfg.asynchrony, num_clients, cfg.run.seed, torch.float64, torch.device("cpu")) \
+        if cfg.asynchrony.enabled else Synchronous(Participation(num_clients, cfg.run.seed))
     return OldParts(server=shapes(decl.server), clients=shapes((*decl.client, *schedule.held_entries(decl.up))),
-                    schedule=schedule.layout(num_clients),
+                    schedule={k: np.shape(v) for k, v in schedule.state_dict().items()},
                     history={k: np.shape(v) for k, v in DelayTracker(num_clients).state_dict().items()},
                     privacy=privacy_layout(num_clients, rounds_done) if cfg.privacy.mode != "none" else {})
 

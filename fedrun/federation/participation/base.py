@@ -20,7 +20,9 @@ def round_rng(seed: int, t: int, stream: int = STREAM) -> np.random.Generator:
 
 
 class Participation:
-    """Base class: subclasses implement ``_draw(t)`` and, when stateful, ``_state``/``_load_state``."""
+    """Base class: subclasses implement ``_draw(t)`` and, when stateful, ``_reset()`` and the persistence contract
+    of every checkpointed part (fedrun.checkpoint.stateful): they extend :meth:`state_dict` and
+    :meth:`load_state_dict` with their own arrays."""
 
     name: str = "participation"
     stateful: bool = False  # True: active(t) depends on the previous rounds' draws
@@ -72,14 +74,14 @@ class Participation:
         return self._next_round
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        out = {"next_round": np.asarray(self._next_round, dtype=np.int64)}
-        out.update(self._state())
-        return out
+        """The pattern's state, numpy arrays by name (the checkpoint's ``schedule/`` group): the round drawn next.
+        A stateful pattern extends it, ``super().state_dict() | {name: array, ...}``."""
+        return {"next_round": np.asarray(self._next_round, dtype=np.int64)}
 
     def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
+        """Take :meth:`state_dict` back; a stateful pattern calls this first, then reads its own arrays."""
         if "next_round" not in d:
             raise ValueError(f"{self.name} participation state: missing 'next_round'")
-        self._load_state(d)
         self._next_round = int(np.asarray(d["next_round"]))
         self._last = None
 
@@ -92,12 +94,6 @@ class Participation:
     # subclass hooks ------------------------------------------------------------------------------------
     def _draw(self, t: int) -> np.ndarray:
         raise NotImplementedError
-
-    def _state(self) -> dict[str, np.ndarray]:
-        return {}
-
-    def _load_state(self, d: dict[str, np.ndarray]) -> None:
-        pass
 
     def _reset(self) -> None:
         pass

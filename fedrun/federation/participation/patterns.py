@@ -174,11 +174,12 @@ class ReshuffledCyclic(Participation):
         # exchangeable over clients with |S_t| = S, so the unconditional marginal is S/N
         return np.full(self.num_clients, self.clients_per_round / self.num_clients)
 
-    def _state(self) -> dict[str, np.ndarray]:
-        return {"permutation": self.permutation.copy(),
-                "pointer": np.asarray(self.pointer, dtype=np.int64)}
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return super().state_dict() | {"permutation": self.permutation.copy(),
+                                       "pointer": np.asarray(self.pointer, dtype=np.int64)}
 
-    def _load_state(self, d: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(d)
         perm = self._vector(d, "permutation", np.int64)
         if not np.array_equal(np.sort(perm), np.arange(self.num_clients)):
             raise ValueError(f"{self.name} participation state: 'permutation' is not a permutation")
@@ -225,10 +226,11 @@ class Markov(Participation):
         # unconditional marginal: the chain starts stationary, so P(on at t) = pi_i for every t
         return self.stationary.copy()
 
-    def _state(self) -> dict[str, np.ndarray]:
-        return {"state": self.state.copy()}
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return super().state_dict() | {"state": self.state.copy()}
 
-    def _load_state(self, d: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(d)
         self.state = self._vector(d, "state", bool)
 
 

@@ -144,17 +144,29 @@ PATTERNS: dict[str, Factory] = {
 }
 
 
+def _check_persistence(plugin: type[Participation], value: str) -> None:
+    """Refuse a plugin written against the ``_state`` / ``_load_state`` hooks fedrun no longer calls: its state
+    would silently be left out of the checkpoint, and a resume would not continue its rounds."""
+    hooks = [name for name, contract in (("_state", "state_dict"), ("_load_state", "load_state_dict"))
+             if hasattr(plugin, name) and getattr(plugin, contract) is getattr(Participation, contract)]
+    if hooks:
+        raise ConfigError(f"participation.pattern: {value} implements {' / '.join(hooks)}, which fedrun no longer "
+                          "calls (its state would be lost on resume); expected state_dict() / load_state_dict(d) "
+                          "extending Participation's (docs/extending.md)")
+
+
 def make_participation(cfg: ParticipationConfig, num_clients: int, seed: int, rounds: int) -> Participation:
     """Build the configured pattern for N = ``num_clients`` clients and a run of ``rounds`` rounds.
 
-    Raises :class:`ConfigError` naming the field for an unknown pattern, S > N where S is used, bad
-    per-client files, or a trace shorter than ``rounds``.
+    Raises :class:`ConfigError` naming the field for an unknown pattern, a plugin still on the old persistence
+    hooks, S > N where S is used, bad per-client files, or a trace shorter than ``rounds``.
     """
     factory = PATTERNS.get(cfg.pattern)
     if is_import_path(cfg.pattern):
         plugin = load(cfg.pattern, "participation.pattern",
                       "a subclass of fedrun.federation.participation.Participation",
                       lambda obj: isinstance(obj, type) and issubclass(obj, Participation))
+        _check_persistence(plugin, cfg.pattern)
         def factory(cfg: ParticipationConfig, n: int, seed: int, rounds: int) -> Participation:
             return call("participation.pattern", cfg.pattern, "from_config(cfg, num_clients, seed, rounds)",
                         plugin.from_config, cfg, n, seed, rounds)
