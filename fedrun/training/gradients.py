@@ -169,11 +169,11 @@ def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: 
     draws no dropout noise)."""
     source_host, live_host = chunks.layout(batches.index.shape[0])
     source, live = (torch.from_numpy(t).to(batches.index.device, non_blocking=True) for t in (source_host, live_host))
-    count, steps, have = batches.index.shape
-    index = batches.index[source][:, :, :1].expand(-1, -1, batches.slots).clone()  # a valid row, masked out
-    index[:, :, :have] = batches.index[source]
-    mask = torch.zeros_like(index, dtype=torch.bool)
-    mask[:, :, :have] = batches.mask[source] & live[:, None, None]
+    index, mask = rows_of(batches.index, source), rows_of(batches.mask, source) & live[:, None, None]
+    pad = batches.slots - index.shape[2]
+    if pad:  # the first example repeated (a valid row), masked out
+        index = torch.cat([index, index[:, :, :1].expand(-1, -1, pad)], dim=2)
+        mask = torch.cat([mask, mask.new_zeros(*mask.shape[:2], pad)], dim=2)
     sizes = np.asarray(batches.sizes)[source_host] * live_host[:, None]  # a padding row's steps take no examples
     padded = Batches(index=index, mask=mask, sizes=sizes, steps=batches.steps, x=batches.x, y=batches.y,
                      slots=batches.slots)
