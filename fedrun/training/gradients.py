@@ -20,7 +20,7 @@ Four strategies compute the same arithmetic (up to the order of floating-point s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from fedrun.training.losses import LossFn
 # CPU call costs about as much as 100 clients' arithmetic, so 64 rows take 34 ms for 100 clients, 16 take 78)
 CHUNK = {("cpu", False): 64, ("cpu", True): 16, ("cuda", False): 256, ("cuda", True): 64}  # (device, large)
 LARGE = 1 << 20  # parameters above which a model is large (memory: a solver holds several [S, d] copies)
+PLACED = 16  # numbers of clients whose chunk rows Chunks.placed keeps
 TAIL = 64  # elements of padding that end every chunk: more than a vectorized loop's scalar remainder
 Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, rows, step) -> (g, loss)
 
@@ -144,6 +145,8 @@ class Chunks:
 
     size: int
     real: int
+    _placed: dict[tuple[int, torch.device], ChunkRows] = field(default_factory=dict, init=False, compare=False,
+                                                              repr=False)
 
     @staticmethod
     def of(size: int, dim: int) -> Chunks:
@@ -161,14 +164,41 @@ class Chunks:
         live = (j < self.real) & (source < count)
         return np.where(live, source, group * self.real), live
 
+    def placed(self, count: int, device: torch.device) -> ChunkRows:
+        """:meth:`layout` of ``count`` clients with its index tensors on ``device``, built once per (count,
+        device): a run's steps mostly train the same number of clients, and the oracle and the solver of every
+        step both ask (read-only: shared by every step that asks)."""
+        key = (count, device)
+        if key not in self._placed:
+            if len(self._placed) >= PLACED:
+                self._placed.clear()
+            source, live = self.layout(count)
+            to = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
+            self._placed[key] = ChunkRows(source, live, to(source), to(live), to(np.flatnonzero(live)))
+            for host in (source, live):
+                host.flags.writeable = False
+        return self._placed[key]
+
+
+@dataclass(frozen=True)
+class ChunkRows:
+    """The padded rows of :meth:`Chunks.layout` for one number of clients: the client each row copies and which
+    rows are clients, on the host and on the device, and the clients' rows as an index."""
+
+    source_host: np.ndarray  # [groups * size]
+    live_host: np.ndarray  # [groups * size] bool
+    source: Tensor
+    live: Tensor
+    live_rows: Tensor  # int64: the positions of the clients' rows (an index, not a mask)
+
 
 def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: Chunks,
                    seeds: DropoutSeeds | None = None) -> Oracle:
     """vmap's oracle on the fixed shapes of ``chunks``, for the padded rows of :meth:`Chunks.layout`: every
     step is padded to ``batches.slots`` example slots, and every slot of a padding row is masked out (and
     draws no dropout noise)."""
-    source_host, live_host = chunks.layout(batches.index.shape[0])
-    source, live = (torch.from_numpy(t).to(batches.index.device, non_blocking=True) for t in (source_host, live_host))
+    placed = chunks.placed(batches.index.shape[0], batches.index.device)
+    source_host, live_host, source, live = placed.source_host, placed.live_host, placed.source, placed.live
     index, mask = rows_of(batches.index, source), rows_of(batches.mask, source) & live[:, None, None]
     pad = batches.slots - index.shape[2]
     if pad:  # the first example repeated (a valid row), masked out

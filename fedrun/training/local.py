@@ -78,10 +78,8 @@ def _local(plan: LocalPlan, oracle: Oracle, cfg: LocalConfig, exact: bool) -> _L
 def run_chunked(plan: LocalPlan, oracle: Oracle, step_active: np.ndarray, lr: float, cfg: LocalConfig,
                 chunks: Chunks) -> LocalResult:
     """run_local on the padded rows of ``chunks.layout``; the padding rows take no step."""
-    source_host, live_host = chunks.layout(plan.start.shape[0])
-    device = plan.start.device
-    source = torch.from_numpy(source_host).to(device, non_blocking=True)
-    live = torch.from_numpy(np.flatnonzero(live_host)).to(device, non_blocking=True)  # an index, not a mask
+    placed = chunks.placed(plan.start.shape[0], plan.start.device)
+    source_host, live_host, source, live = placed.source_host, placed.live_host, placed.source, placed.live_rows
     scale = rows_of(plan.lr_scale, source) if isinstance(plan.lr_scale, Tensor) else plan.lr_scale
     state = None if plan.optimizer_state is None else {k: rows_of(v, source) for k, v in plan.optimizer_state.items()}
     correction = None if plan.correction is None else rows_of(plan.correction, source)
