@@ -113,6 +113,8 @@ class Exchange:
         self.up_floats = decl.floats(decl.up, dim)
         self.down_floats = decl.floats(tuple(down_entries), dim)
         self.down_buf = self.down_layout.empty(dtype, world.device)
+        self._down_extras = frozenset(name for name, _ in _DOWN_EXTRAS)
+        self._extras_span = slice(self.down_layout.slices[_DOWN_EXTRAS[0][0]].start, self.down_layout.numel)
         # rank 0's clock asked when it publishes a step: is a checkpoint due (checkpoint.every_s)? Its answer
         # travels in the step's broadcast, so every rank takes the same decision (fedrun.federation.cadence)
         self.save_due: Callable[[], bool] = lambda: False
@@ -122,10 +124,9 @@ class Exchange:
         """Rank 0 packs the server's downlink entries and the runtime entries (``save``: a checkpoint is due
         after this step); one broadcast; every rank returns the downlink (views into the buffer, runtime
         entries included)."""
-        if self.world.is_root:
-            extras = {"_stop": torch.tensor([stop]), "_nonfinite": torch.tensor([nonfinite]),
-                      "_bad_client": torch.tensor([bad_client]), "_save": torch.tensor([float(save)])}
-            self.down_layout.pack({**server, **extras}, self.down_buf)
+        if self.world.is_root:  # the runtime entries, last in the layout, written as one slice
+            self.down_layout.pack(server, self.down_buf, skip=self._down_extras)
+            self.down_buf[self._extras_span] = torch.tensor([stop, nonfinite, bad_client, float(save)])
         broadcast_from_root(self.world, self.down_buf)
         return self.down_layout.unpack(self.down_buf, self.down_scalars)
 
