@@ -99,16 +99,19 @@ class ClientTrainer:
             staleness=staleness,
         )
 
-    def update(self, store: ClientStore, down_next: dict[str, Tensor], consumed: np.ndarray, mask: Tensor,
+    def update(self, store: ClientStore, down_next: dict[str, Tensor], consumed: np.ndarray,
                ctx: RoundContext) -> None:
         """The algorithm's rules after the round: ``active_update`` on the rows of this rank's consumed clients
-        (block rows ``consumed``, ``mask`` as a bool mask of the block), then ``after_round`` on the block's
-        scalar entries; each runs only when the algorithm has one (the defaults change nothing)."""
+        (block rows ``consumed``), then ``after_round`` on the block's scalar entries (with the consumed clients
+        as a bool mask of the block, built only then); each runs only when the algorithm has one (the defaults
+        change nothing)."""
         algorithm = self.algorithm
         if algorithm.defines("active_update") and len(consumed):
             index = self.index(consumed)
             store.scatter(index, algorithm.active_update(down_next, store.gather(index, self.client_names()), ctx))
         if algorithm.defines("after_round"):
+            mask = torch.zeros(self.block.num_clients, dtype=torch.bool, device=self.block.device)
+            mask[self.index(consumed).long()] = True
             scalars = [e.name for e in self.decl.client if not isinstance(e, Vector)]
             store.replace(algorithm.after_round(down_next, store.whole(scalars), mask, ctx))
 

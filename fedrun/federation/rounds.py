@@ -127,9 +127,7 @@ class Round:
                 arrived[ids] = False
             consumed = consumed[kept]
         # 6. bookkeeping for every client of the block, delay metrics, evaluation
-        mask = torch.zeros(placement.block.num_clients, dtype=torch.bool, device=world.device)
-        mask[torch.as_tensor(consumed, device=world.device, dtype=torch.long)] = True
-        trainer.update(state.clients, outcome.down_next, consumed, mask, ctx)
+        trainer.update(state.clients, outcome.down_next, consumed, ctx)
         delays = state.delay.update(arrived)
         delays.pop("round")  # the tracker's own 0-based counter; user-visible rounds count from 1 (README)
         entry: dict[str, Any] = {"round": t + 1, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
