@@ -83,19 +83,20 @@ def run_chunked(plan: LocalPlan, oracle: Oracle, step_active: np.ndarray, lr: fl
     scale = rows_of(plan.lr_scale, source) if isinstance(plan.lr_scale, Tensor) else plan.lr_scale
     state = None if plan.optimizer_state is None else {k: rows_of(v, source) for k, v in plan.optimizer_state.items()}
     correction = None if plan.correction is None else rows_of(plan.correction, source)
-    padded = replace(plan, start=rows_of(plan.start, source), correction=correction, lr_scale=scale,
-                     optimizer_state=state)
+    start = rows_of(plan.start, source)  # this solve's own copy: the solver moves it in place (the proximal
+    # term reads the start: a second copy then)
+    padded = replace(plan, start=start, correction=correction, lr_scale=scale, optimizer_state=state)
     active = np.asarray(step_active)[source_host] & live_host[:, None]
-    out = _solve(_local(padded, oracle, cfg, True), active, lr, chunks.size)
+    out = _solve(_local(padded, oracle, cfg, True), active, lr, chunks.size, None if plan.prox > 0 else start)
     return LocalResult(x_end=rows_of(out.x_end, live), grad_mean=rows_of(out.grad_mean, live),
                        loss=rows_of(out.loss, live),
                        optimizer_state={k: rows_of(v, live) for k, v in out.optimizer_state.items()})
 
 
-def _solve(local: _Local, active_host: np.ndarray, lr: float, group: int) -> LocalResult:
-    """The solver on groups of ``group`` rows."""
+def _solve(local: _Local, active_host: np.ndarray, lr: float, group: int, x: Tensor | None = None) -> LocalResult:
+    """The solver on groups of ``group`` rows, moving ``x`` in place (None: a copy of the plan's start)."""
     plan = local.plan
-    x = plan.start.clone()
+    x = plan.start.clone() if x is None else x
     active_host = np.asarray(active_host)
     if plan.steps is not None:
         active_host = active_host[:, :plan.steps]
