@@ -115,6 +115,7 @@ class Exchange:
         self.down_buf = self.down_layout.empty(dtype, world.device)
         self._down_extras = frozenset(name for name, _ in _DOWN_EXTRAS)
         self._extras_span = slice(self.down_layout.slices[_DOWN_EXTRAS[0][0]].start, self.down_layout.numel)
+        self._down = self.down_layout.unpack(self.down_buf, self.down_scalars)  # views, valid as long as the buffer
         # rank 0's clock asked when it publishes a step: is a checkpoint due (checkpoint.every_s)? Its answer
         # travels in the step's broadcast, so every rank takes the same decision (fedrun.federation.cadence)
         self.save_due: Callable[[], bool] = lambda: False
@@ -128,30 +129,29 @@ class Exchange:
             self.down_layout.pack(server, self.down_buf, skip=self._down_extras)
             self.down_buf[self._extras_span] = torch.tensor([stop, nonfinite, bad_client, float(save)])
         broadcast_from_root(self.world, self.down_buf)
-        return self.down_layout.unpack(self.down_buf, self.down_scalars)
+        return dict(self._down)
 
     def downlink(self) -> dict[str, Tensor]:
         """This round's downlink: the algorithm's entries, copied out of the buffer (they outlive the
         broadcast that ends the round)."""
-        down = self.down_layout.unpack(self.down_buf, self.down_scalars)
-        return {k: v.clone() for k, v in down.items() if not k.startswith("_")}
+        return {k: v.clone() for k, v in self._down.items() if not k.startswith("_")}
 
     def stop_code(self) -> float:
         """What every rank does after the round just exchanged: CONTINUE or STOP_SIGNAL."""
-        return float(self.down_layout.unpack(self.down_buf, self.down_scalars)["_stop"])
+        return float(self._down["_stop"])
 
     def stop_after_step(self) -> None:
         """Stop after the step just exchanged (on every rank, which decided it together after the broadcast:
         a stop request during the evaluation)."""
-        self.down_layout.unpack(self.down_buf, self.down_scalars)["_stop"].fill_(STOP_SIGNAL)
+        self._down["_stop"].fill_(STOP_SIGNAL)
 
     def save_requested(self) -> bool:
         """Whether rank 0's clock asked for a checkpoint after the step just exchanged (the same on every rank)."""
-        return bool(self.down_layout.unpack(self.down_buf, self.down_scalars)["_save"])
+        return bool(self._down["_save"])
 
     def global_model(self) -> Tensor:
         """The current global model x (a view into the downlink buffer)."""
-        return self.down_layout.unpack(self.down_buf, self.down_scalars)["x"]
+        return self._down["x"]
 
     def step(self, label: str, ctx: RoundContext, uplink: Uplink, server: dict[str, Tensor],
              server_rule: ServerRule) -> Outcome:
