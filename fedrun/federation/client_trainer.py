@@ -89,11 +89,12 @@ class ClientTrainer:
         device, dtype = self.block.device, self.block.dtype
         ids = rows + self.block.first
         probabilities = state.schedule.probabilities(t)
+        participations, last_active = state.delay.of(ids)
         return Clients(
             ids=torch.as_tensor(ids, device=device),
             num_examples=torch.as_tensor(self.block.num_examples[rows], dtype=dtype, device=device),
-            participations=torch.as_tensor(state.delay.participations[ids], device=device),
-            last_active=torch.as_tensor(state.delay.last_active[ids], device=device),
+            participations=torch.as_tensor(participations, device=device),
+            last_active=torch.as_tensor(last_active, device=device),
             probability=None if probabilities is None else torch.as_tensor(probabilities[ids], dtype=dtype,
                                                                            device=device),
             staleness=staleness,
