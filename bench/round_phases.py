@@ -2,10 +2,15 @@
 
     python bench/round_phases.py --workload W2 [--rounds 200] [--strategy auto]
     mpiexec -n 2 python bench/round_phases.py --workload W2          # every rank prints its own table
+    python bench/round_phases.py --workload W2 --clock cpu           # this thread's CPU time (a shared machine)
 
 The run is fedrun's own (bench/fedrun_side.py's config, built in this process), with each phase's function
 wrapped by a timer; the wrappers cost about a microsecond a call, so the table is for finding where the
 milliseconds go, not for quoting s/round (bench/run.py does that). Rounds 1-3 are warm-up and not counted.
+``--clock cpu`` times with the thread's CPU time instead of the wall clock: on a machine whose other processes take
+the cores, wall times grow with the load (3x at a load of 5 on 2 cores) while CPU times grow much less, so
+before/after comparisons stay readable; waiting in a collective is not CPU time, so on several ranks it reads the
+work only.
 Phases (ms per round, mean over the counted rounds):
 
 * ``schedule``: the cohort of the round and the participation bookkeeping (``begin``, ``hold``, ``end``);
@@ -36,6 +41,8 @@ from fedrun.federation.build import build
 from fedrun.runtime.world import init_world
 
 SPENT: dict[str, float] = collections.defaultdict(float)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = time.perf_counter  # what every timer reads (--clock)
 TOP = ("schedule", "downlink", "batches", "oracle set-up", "solver", "client rules", "exchange", "bookkeeping",
        "fingerprint")
 NESTED = {"solver": ("oracle",), "exchange": ("reduce", "server rule")}
@@ -44,11 +51,11 @@ NESTED = {"solver": ("oracle",), "exchange": ("reduce", "server rule")}
 def timed(phase: str, fn):
     """``fn`` with its seconds added to SPENT[phase] (nested phases count in both)."""
     def wrapper(*args, **kwargs):
-        start = time.perf_counter()
+        start = clock()
         try:
             return fn(*args, **kwargs)
         finally:
-            SPENT[phase] += time.perf_counter() - start
+            SPENT[phase] += clock() - start
     return wrapper
 
 
@@ -88,7 +95,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--strategy", default="auto")
     p.add_argument("--clients", type=int, help="fewer clients than the workload's (a quick check)")
+    p.add_argument("--clock", default="wall", choices=sorted(CLOCKS), help="wall clock or this thread's CPU time")
     args = p.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
     smaller = {} if args.clients is None else {"num_clients": args.clients, "cohort": min(args.clients, 100)}
     wl = workloads.get_workload(args.workload, rounds=args.rounds, **smaller)
     arrays, trace = prepare(wl, "dirichlet")
@@ -102,8 +112,9 @@ def main() -> None:
         for t in range(wl.rounds):
             if t == 3:
                 SPENT.clear()
-            record = setup.round.run(state, t)
-            walls.append(record["wall_s"])
+            start = clock()
+            setup.round.run(state, t)
+            walls.append(clock() - start)
     counted = wl.rounds - 3
     total = float(np.sum(walls[3:]))
     print(f"rank {world.rank} of {world.size}: {args.workload}, {counted} rounds, "

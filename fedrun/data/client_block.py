@@ -48,6 +48,7 @@ class ClientBlock:
         self.num_clients = stop - first
         self.num_examples = source.num_examples[first:stop]
         self.input_shape = source.task.input_shape
+        self.most_examples = int(source.num_examples.max())  # the federation's largest n_i (every plan's slots)
         if source.resident:  # client j of the block: rows offsets[j]:offsets[j+1] of x, y
             self.offsets = np.concatenate([[0], np.cumsum(self.num_examples)]).astype(np.int64)
             self.x, self.y = self._to_device(*source.load(np.arange(first, stop)))
@@ -94,9 +95,9 @@ class ClientBlock:
             within = kk * batch_size + s
             pos = e * n[:, None, None] + within
             mask = (k < k_i[:, None, None]) & (within < n[:, None, None])
-        epoch = pos // n[:, None, None]
         j = pos % n[:, None, None]
         if shuffle:
+            epoch = pos // n[:, None, None]
             num_epochs = int(epoch.max()) + 1
             nmax = int(n.max())
             keys = hash_keys(seed, round_, ids[:, None, None], np.arange(num_epochs)[None, :, None],
@@ -118,4 +119,4 @@ class ClientBlock:
         return Batches(index=torch.from_numpy(rows).to(self.device, non_blocking=True),
                        mask=torch.from_numpy(np.array(mask)).to(self.device, non_blocking=True), sizes=sizes,
                        steps=k_i, x=x, y=y,
-                       slots=int(min(batch_size, self.source.num_examples.max())))
+                       slots=min(batch_size, self.most_examples))

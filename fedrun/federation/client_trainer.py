@@ -87,26 +87,30 @@ class ClientTrainer:
         device, dtype = self.block.device, self.block.dtype
         ids = rows + self.block.first
         probabilities = state.schedule.probabilities(t)
+        participations, last_active = state.delay.of(ids)
         return Clients(
             ids=torch.as_tensor(ids, device=device),
             num_examples=torch.as_tensor(self.block.num_examples[rows], dtype=dtype, device=device),
-            participations=torch.as_tensor(state.delay.participations[ids], device=device),
-            last_active=torch.as_tensor(state.delay.last_active[ids], device=device),
+            participations=torch.as_tensor(participations, device=device),
+            last_active=torch.as_tensor(last_active, device=device),
             probability=None if probabilities is None else torch.as_tensor(probabilities[ids], dtype=dtype,
                                                                            device=device),
             staleness=staleness,
         )
 
-    def update(self, store: ClientStore, down_next: dict[str, Tensor], consumed: np.ndarray, mask: Tensor,
+    def update(self, store: ClientStore, down_next: dict[str, Tensor], consumed: np.ndarray,
                ctx: RoundContext) -> None:
         """The algorithm's rules after the round: ``active_update`` on the rows of this rank's consumed clients
-        (block rows ``consumed``, ``mask`` as a bool mask of the block), then ``after_round`` on the block's
-        scalar entries; each runs only when the algorithm has one (the defaults change nothing)."""
+        (block rows ``consumed``), then ``after_round`` on the block's scalar entries (with the consumed clients
+        as a bool mask of the block, built only then); each runs only when the algorithm has one (the defaults
+        change nothing)."""
         algorithm = self.algorithm
         if algorithm.defines("active_update") and len(consumed):
             index = self.index(consumed)
             store.scatter(index, algorithm.active_update(down_next, store.gather(index, self.client_names()), ctx))
         if algorithm.defines("after_round"):
+            mask = torch.zeros(self.block.num_clients, dtype=torch.bool, device=self.block.device)
+            mask[self.index(consumed).long()] = True
             scalars = [e.name for e in self.decl.client if not isinstance(e, Vector)]
             store.replace(algorithm.after_round(down_next, store.whole(scalars), mask, ctx))
 

@@ -55,6 +55,11 @@ class DelayTracker:
         """int64 [N]: ``last_active`` as it was before the latest update (a_{i,t-1} for that round t)."""
         return self._last_active_before.copy()
 
+    def of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``participations`` and ``last_active`` of the clients ``ids`` only (copies of their entries, without
+        copying all N: the rules' view of a round's clients)."""
+        return self._participations[ids], self._last_active[ids]
+
     @property
     def participations(self) -> np.ndarray:
         """int64 [N]: number of rounds each client has been active in."""

@@ -111,6 +111,9 @@ class Exchange:
         self.up_floats = decl.floats(decl.up, dim)
         self.down_floats = decl.floats(tuple(down_entries), dim)
         self.down_buf = self.down_layout.empty(dtype, world.device)
+        self._down_extras = frozenset(name for name, _ in _DOWN_EXTRAS)
+        self._extras_span = slice(self.down_layout.slices[_DOWN_EXTRAS[0][0]].start, self.down_layout.numel)
+        self._down = self.down_layout.unpack(self.down_buf, self.down_scalars)  # views, valid as long as the buffer
         # rank 0's clock asked when it publishes a step: is a checkpoint due (checkpoint.every_s)? Its answer
         # travels in the step's broadcast, so every rank takes the same decision (fedrun.federation.cadence)
         self.save_due: Callable[[], bool] = lambda: False
@@ -120,35 +123,33 @@ class Exchange:
         """Rank 0 packs the server's downlink entries and the runtime entries (``save``: a checkpoint is due
         after this step); one broadcast; every rank returns the downlink (views into the buffer, runtime
         entries included)."""
-        if self.world.is_root:
-            extras = {"_stop": torch.tensor([stop]), "_nonfinite": torch.tensor([nonfinite]),
-                      "_bad_client": torch.tensor([bad_client]), "_save": torch.tensor([float(save)])}
-            self.down_layout.pack({**server, **extras}, self.down_buf)
+        if self.world.is_root:  # the runtime entries, last in the layout, written as one slice
+            self.down_layout.pack(server, self.down_buf, skip=self._down_extras)
+            self.down_buf[self._extras_span] = torch.tensor([stop, nonfinite, bad_client, float(save)])
         broadcast_from_root(self.world, self.down_buf)
-        return self.down_layout.unpack(self.down_buf, self.down_scalars)
+        return dict(self._down)
 
     def downlink(self) -> dict[str, Tensor]:
         """This round's downlink: the algorithm's entries, copied out of the buffer (they outlive the
         broadcast that ends the round)."""
-        down = self.down_layout.unpack(self.down_buf, self.down_scalars)
-        return {k: v.clone() for k, v in down.items() if not k.startswith("_")}
+        return {k: v.clone() for k, v in self._down.items() if not k.startswith("_")}
 
     def stop_code(self) -> float:
         """What every rank does after the round just exchanged: CONTINUE or STOP_SIGNAL."""
-        return float(self.down_layout.unpack(self.down_buf, self.down_scalars)["_stop"])
+        return float(self._down["_stop"])
 
     def stop_after_step(self) -> None:
         """Stop after the step just exchanged (on every rank, which decided it together after the broadcast:
         a stop request during the evaluation)."""
-        self.down_layout.unpack(self.down_buf, self.down_scalars)["_stop"].fill_(STOP_SIGNAL)
+        self._down["_stop"].fill_(STOP_SIGNAL)
 
     def save_requested(self) -> bool:
         """Whether rank 0's clock asked for a checkpoint after the step just exchanged (the same on every rank)."""
-        return bool(self.down_layout.unpack(self.down_buf, self.down_scalars)["_save"])
+        return bool(self._down["_save"])
 
     def global_model(self) -> Tensor:
         """The current global model x (a view into the downlink buffer)."""
-        return self.down_layout.unpack(self.down_buf, self.down_scalars)["x"]
+        return self._down["x"]
 
     def step(self, label: str, ctx: RoundContext, uplink: Uplink, server: dict[str, Tensor],
              server_rule: ServerRule) -> Outcome:
@@ -181,7 +182,7 @@ class Exchange:
         rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
         rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
         numel = self.exact_layout.numel
-        if world.size > 1 and not self.gathered and world.size * (n * numel + 2 + world.size) * 8 <= GATHER_BYTES:
+        if not self.gathered and world.size * (n * numel + 2 + world.size) * 8 <= GATHER_BYTES:
             return self._summed_on_root(n, torch.cat(rows, dim=1) if rows else None, uplink)
         spans = list(self.exact_layout.slices.values())
         if len(rows) == len(spans) and len(losses) * numel <= exact_sum.CHUNK:
@@ -222,8 +223,14 @@ class Exchange:
         has one non-zero term, so it is exact), after which rank 0 takes the exact sums of the ``n`` rows
         itself. An exact sum is a function of its multiset of rows alone, so these are the bits of the
         two-collective path (the exponents' MAX, then the limbs' sum) with one collective less: 2 ranks of W2
-        spent 0.68 ms a round in that MAX (bench/RESULTS.md, issue 47)."""
-        world, numel, terms = self.world, self.exact_layout.numel, max(n, 1)
+        spent 0.68 ms a round in that MAX (bench/RESULTS.md, issue 47). On one rank every row is already here:
+        no buffer and no collective, the counts straight from ``uplink`` (W2, loaded machine: 0.28 -> 0.20 ms)."""
+        world, numel = self.world, self.exact_layout.numel
+        if world.size == 1:
+            empty = torch.zeros(0, numel, dtype=self.dtype, device=world.device)
+            up = self._exact_sums(block if block is not None else empty, n)
+            return Totals(up=up, loss=float(up.pop("_loss")), nonfinite=uplink.nonfinite,
+                          bad_client=uplink.bad_client if uplink.nonfinite else -1, signal=uplink.stop_requested)
         buf = torch.zeros(n * numel + 2 + world.size, dtype=torch.float64, device=world.device)
         rows, counts = buf[:n * numel].view(n, numel), buf[n * numel:]
         if block is not None and len(block):
@@ -234,12 +241,18 @@ class Exchange:
         reduce_to_root(world, buf)
         if not world.is_root:
             return None
-        terms_rows = rows.to(self.dtype)  # the uploads' own values (float64 held them exactly)
-        exps = exact_sum.exponents(terms_rows)
-        limbs = exact_sum.encode_sum(terms_rows, exps, terms).to(torch.int64)  # as the reduce's int64 (no -0)
-        up = self.exact_layout.unpack(exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype),
-                                      self.up_scalars)
+        up = self._exact_sums(rows.to(self.dtype), n)  # the uploads' own values (float64 held them exactly)
         return totals(up, counts.to(torch.int64))
+
+    def _exact_sums(self, rows: Tensor, n: int) -> dict[str, Tensor]:
+        """The summed entries (and ``_loss``) of a step of ``n`` uploads from all of its rows ``rows``
+        ``[C, numel]`` in one place: the exponents, limbs and decoding of the two-collective path without its
+        collectives, the limbs through int64 as the reduce's (no -0)."""
+        terms = max(n, 1)
+        exps = exact_sum.exponents(rows)
+        limbs = exact_sum.encode_sum(rows, exps, terms).to(torch.int64)
+        return self.exact_layout.unpack(exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype),
+                                        self.up_scalars)
 
 
 def totals(up: dict[str, Tensor], counts: Tensor) -> Totals:

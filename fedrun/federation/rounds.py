@@ -99,14 +99,16 @@ class Round:
         down = self.exchange.downlink()
         # 3. local training of this rank's starting clients; the schedule holds their uploads
         trained = []
-        for rows, start in start_groups(step, placement.local_rows(step.start), placement.first, down):
+        starting = placement.local_rows(step.start)
+        for rows, start in start_groups(step, starting, placement.first, down):
             staleness = step.training_staleness(len(rows), world.device)
             up, loss, new_state = trainer.train(state, rows, start, down, train_ctx, staleness)
             schedule.hold(state.clients, trainer.index(rows), {**up, "loss": loss})
             trained.append((rows, new_state))
         # 4. this rank's consumed uploads, released by the schedule (summed exactly in 5); the trained clients'
         # new state
-        consumed = placement.local_rows(step.consume)
+        # a synchronous round consumes the very clients it started: the same rows
+        consumed = starting if step.consume is step.start else placement.local_rows(step.consume)
         uplink, kept = self.consume(state, step, consumed, stop_requested)
         bad = consumed[~kept]
         for rows, new_state in trained:
@@ -127,9 +129,7 @@ class Round:
                 arrived[ids] = False
             consumed = consumed[kept]
         # 6. bookkeeping for every client of the block, delay metrics, evaluation
-        mask = torch.zeros(placement.block.num_clients, dtype=torch.bool, device=world.device)
-        mask[torch.as_tensor(consumed, device=world.device, dtype=torch.long)] = True
-        trainer.update(state.clients, outcome.down_next, consumed, mask, ctx)
+        trainer.update(state.clients, outcome.down_next, consumed, ctx)
         delays = state.delay.update(arrived)
         delays.pop("round")  # the tracker's own 0-based counter; user-visible rounds count from 1 (README)
         entry: dict[str, Any] = {"round": t + 1, "train_loss": outcome.train_loss, "active_clients": ctx.num_active,
@@ -172,10 +172,13 @@ class Round:
                     dropped: np.ndarray) -> None:
         """Store the new client state of the trained block rows ``rows``, except for the ``dropped`` rows (a
         client dropped for a non-finite upload keeps its state from before the round)."""
-        keep = ~np.isin(rows, dropped)
-        if not keep.all():
-            new_state = {name: value[torch.as_tensor(keep, device=value.device)] for name, value in new_state.items()}
-        state.clients.scatter(self.trainer.index(rows[keep]), new_state)
+        if len(dropped):
+            keep = ~np.isin(rows, dropped)
+            if not keep.all():
+                new_state = {name: value[torch.as_tensor(keep, device=value.device)]
+                             for name, value in new_state.items()}
+                rows = rows[keep]
+        state.clients.scatter(self.trainer.index(rows), new_state)
 
     def account(self, state: RunState, entry: dict[str, Any], uploads: int, downloads: int) -> None:
         """Communication of the round in floats, per round and cumulative (from the declaration)."""
@@ -191,6 +194,8 @@ def start_groups(step: Step, rows: np.ndarray, first: int, down: dict[str, Tenso
     """This rank's starting clients (block rows ``rows``; global id = row + ``first``) grouped by the
     downlink their local plan starts from: those the step starts from the previous model first, then the
     others from ``down``."""
+    if not len(step.from_previous):  # no client starts from the previous model (all but the asynchronous quirk)
+        return [(rows, down)] if len(rows) else []
     previous = np.isin(rows + first, step.from_previous)
     groups = [(rows[previous], {**down, "x": step.previous_x}), (rows[~previous], down)]
     return [(group, start) for group, start in groups if len(group)]

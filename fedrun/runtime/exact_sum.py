@@ -66,9 +66,12 @@ def exponents(rows: Tensor) -> Tensor:
     int_type, mantissa, bias, _ = _format(rows.dtype)
     if rows.shape[0] == 0:
         return torch.full(rows.shape[1:], 2 - bias, dtype=torch.int32, device=rows.device)
-    largest = torch.empty(rows.shape[1:], dtype=rows.dtype, device=rows.device)
-    for sl in _chunks(rows):
-        torch.amax(rows[:, sl].abs(), dim=0, out=largest[sl])
+    if rows.numel() <= CHUNK:  # one temporary as large as the rows: no column slices (a small model's exchange)
+        largest = rows.abs().amax(dim=0)
+    else:
+        largest = torch.empty(rows.shape[1:], dtype=rows.dtype, device=rows.device)
+        for sl in _chunks(rows):
+            torch.amax(rows[:, sl].abs(), dim=0, out=largest[sl])
     field = (largest.view(int_type) >> mantissa).to(torch.int32)  # the biased exponent (the sign bit is 0)
     return field.clamp_min(1) + (1 - bias)
 
@@ -106,6 +109,8 @@ def encode_sum(rows: Tensor, exps: Tensor, terms: int) -> Tensor:
                          "its limbs could exceed 2^53")
     bits, precision, exps = _precision(exps, terms, rows.dtype)
     scale = pow2(precision - exps, rows.dtype)
+    if limbs(rows.dtype) == 1 and rows.numel() <= CHUNK:  # as below, without column slices
+        return torch.sum((rows * scale).round_(), dim=0, dtype=torch.float64).unsqueeze(0)
     out = torch.empty(limbs(rows.dtype), rows.shape[1], dtype=torch.float64, device=rows.device)
     for sl in _chunks(rows):
         v = rows[:, sl] * scale[sl]  # exact: a power of 2, |v| < 2^P

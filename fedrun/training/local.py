@@ -33,7 +33,7 @@ from torch import Tensor
 
 from fedrun.config import LocalConfig
 from fedrun.protocol import LocalOptimizer, LocalPlan, LocalResult
-from fedrun.training.gradients import Chunks, Oracle
+from fedrun.training.gradients import Chunks, Oracle, rows_of
 from fedrun.training.sgd import SGD
 
 
@@ -78,24 +78,25 @@ def _local(plan: LocalPlan, oracle: Oracle, cfg: LocalConfig, exact: bool) -> _L
 def run_chunked(plan: LocalPlan, oracle: Oracle, step_active: np.ndarray, lr: float, cfg: LocalConfig,
                 chunks: Chunks) -> LocalResult:
     """run_local on the padded rows of ``chunks.layout``; the padding rows take no step."""
-    source_host, live_host = chunks.layout(plan.start.shape[0])
-    device = plan.start.device
-    source = torch.from_numpy(source_host).to(device, non_blocking=True)
-    live = torch.from_numpy(np.flatnonzero(live_host)).to(device, non_blocking=True)  # an index, not a mask
-    scale = plan.lr_scale[source] if isinstance(plan.lr_scale, Tensor) else plan.lr_scale
-    state = None if plan.optimizer_state is None else {k: v[source] for k, v in plan.optimizer_state.items()}
-    correction = None if plan.correction is None else plan.correction[source]
-    padded = replace(plan, start=plan.start[source], correction=correction, lr_scale=scale, optimizer_state=state)
+    placed = chunks.placed(plan.start.shape[0], plan.start.device)
+    source_host, live_host, source, live = placed.source_host, placed.live_host, placed.source, placed.live_rows
+    scale = rows_of(plan.lr_scale, source) if isinstance(plan.lr_scale, Tensor) else plan.lr_scale
+    state = None if plan.optimizer_state is None else {k: rows_of(v, source) for k, v in plan.optimizer_state.items()}
+    correction = None if plan.correction is None else rows_of(plan.correction, source)
+    start = rows_of(plan.start, source)  # this solve's own copy: the solver moves it in place (the proximal
+    # term reads the start: a second copy then)
+    padded = replace(plan, start=start, correction=correction, lr_scale=scale, optimizer_state=state)
     active = np.asarray(step_active)[source_host] & live_host[:, None]
-    out = _solve(_local(padded, oracle, cfg, True), active, lr, chunks.size)
-    return LocalResult(x_end=out.x_end[live], grad_mean=out.grad_mean[live], loss=out.loss[live],
-                       optimizer_state={k: v[live] for k, v in out.optimizer_state.items()})
+    out = _solve(_local(padded, oracle, cfg, True), active, lr, chunks.size, None if plan.prox > 0 else start)
+    return LocalResult(x_end=rows_of(out.x_end, live), grad_mean=rows_of(out.grad_mean, live),
+                       loss=rows_of(out.loss, live),
+                       optimizer_state={k: rows_of(v, live) for k, v in out.optimizer_state.items()})
 
 
-def _solve(local: _Local, active_host: np.ndarray, lr: float, group: int) -> LocalResult:
-    """The solver on groups of ``group`` rows."""
+def _solve(local: _Local, active_host: np.ndarray, lr: float, group: int, x: Tensor | None = None) -> LocalResult:
+    """The solver on groups of ``group`` rows, moving ``x`` in place (None: a copy of the plan's start)."""
     plan = local.plan
-    x = plan.start.clone()
+    x = plan.start.clone() if x is None else x
     active_host = np.asarray(active_host)
     if plan.steps is not None:
         active_host = active_host[:, :plan.steps]
