@@ -16,6 +16,7 @@ import fedrun
 from fedrun.data.client_block import Batches
 from fedrun.models import build_model
 from fedrun.training.classes_first import (
+    MIN_ROWS,
     PAD,
     classes_first_cross_entropy,
     exact_here,
@@ -41,7 +42,9 @@ def test_w2s_case_takes_the_classes_first_kernel_on_avx512():
     if torch.backends.cpu.get_cpu_capability() != "AVX512":
         pytest.skip("the reference sums 10 classes in a tree on CPUs with narrower vectors")
     assert exact_here(torch.float32, 10)
-    assert uses_classes_first(torch.zeros(3, 10), torch.zeros(3, dtype=torch.int64))
+    assert uses_classes_first(torch.zeros(MIN_ROWS, 10), torch.zeros(MIN_ROWS, dtype=torch.int64))
+    # fewer rows (a client's batch under the sequential strategies): the reference, which is faster there
+    assert not uses_classes_first(torch.zeros(MIN_ROWS - 1, 10), torch.zeros(MIN_ROWS - 1, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
@@ -56,10 +59,12 @@ def test_the_loss_gives_the_reference_bits(dtype, classes):
         targets = torch.randint(0, classes, (rows,), generator=gen)
         targets[rows // 2] = -100
         weights = torch.rand(rows, generator=gen, dtype=dtype)
-        ours = values_and_gradient(cross_entropy, logits, targets, weights)
         reference = values_and_gradient(reference_cross_entropy, logits, targets, weights)
-        assert same_bits(ours[0], reference[0]) and same_bits(ours[1], reference[1]), rows
-    assert uses_classes_first(logits, targets) == exact_here(dtype, classes)
+        # fedrun's loss, and the classes-first kernel itself at every row count wherever the self-check admits it
+        for loss in (cross_entropy, *([classes_first_cross_entropy] if exact_here(dtype, classes) else [])):
+            ours = values_and_gradient(loss, logits, targets, weights)
+            assert same_bits(ours[0], reference[0]) and same_bits(ours[1], reference[1]), (loss, rows)
+    assert uses_classes_first(logits, targets) == exact_here(dtype, classes)  # 3,203 rows: at least MIN_ROWS
     assert not uses_classes_first(logits, torch.softmax(logits, 1))  # probabilities: F.cross_entropy's own
     assert not exact_here(dtype, PAD)  # at the widest vector's width every CPU kernel adds a tree
 
@@ -82,8 +87,8 @@ def test_the_self_check_refuses_another_order():
 
 def test_transforms_take_the_reference_kernel():
     """Inside torch.func transforms (the vmapped models' oracle, flatness's jvp of grad) the reference runs."""
-    seen, labels = [], torch.zeros(5, dtype=torch.int64)
-    vmap(lambda o: seen.append(uses_classes_first(o, labels)) or o.sum())(torch.zeros(2, 5, 10))
+    seen, labels = [], torch.zeros(MIN_ROWS, dtype=torch.int64)
+    vmap(lambda o: seen.append(uses_classes_first(o, labels)) or o.sum())(torch.zeros(2, MIN_ROWS, 10))
     assert seen == [False]
 
 

@@ -116,8 +116,9 @@ def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, seeds: Drop
         noise = [] if dropout is None else dropout.noise(seeds, counts, rows, k, batches.slots, x)
         with torch.enable_grad():
             leaves = {name: view.detach().requires_grad_(True) for name, view in model.batched_params(x).items()}
-            losses = batched_loss(leaves, rows_of(batches.x, idx), rows_of(batches.y, idx), batches.mask[rows, k],
-                                  noise)
+            # advanced indexing, not rows_of: it keeps the examples' memory format (channels_last images), which
+            # index_select would hand back NCHW for the model to copy again (W1's oracle 3.5 % slower)
+            losses = batched_loss(leaves, batches.x[idx], batches.y[idx], batches.mask[rows, k], noise)
             grads = torch.autograd.grad(losses.sum(), list(leaves.values()))
         if dropout is not None:
             dropout.feed = None
