@@ -154,9 +154,11 @@ def _environ(pid: int) -> list[bytes]:
 def test_checkpoint_every_s_writes_by_the_clock(tmp_path):
     """``checkpoint.every_s``: a checkpoint after the round in which that many seconds have passed since the last
     one (``checkpoint.every`` is 0). The default, 600 s, adds none to the short runs of every other test, whose
-    checkpoint lists they assert."""
+    checkpoint lists they assert. The 300 rounds took about 0.6 s on this project's machine (W2's cuts made them
+    faster: at every_s = 0.3 only one clock checkpoint was left), so every_s = 0.05 leaves ~12 and still at least
+    two on a machine four times faster."""
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, *train_args(run, 300, "checkpoint.every_s=0.3", "checkpoint.keep=1000")],
+    done = subprocess.run([sys.executable, *train_args(run, 300, "checkpoint.every_s=0.05", "checkpoint.keep=1000")],
                           env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     rounds = [checkpoint_round(p) for p in list_checkpoints(run)]
