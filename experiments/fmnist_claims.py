@@ -344,8 +344,8 @@ def appendix_claims() -> list[ClaimSpec]:
                                         "FedSUM-B at round 100; batch 8 not run"),
             metric="test_accuracy", round="final", scale=100, a=_by(small, f"family{SMALL_BATCH}/{p}", "FedSUM"),
             b=_by(small, f"family{SMALL_BATCH}/{p}", "FedSUM-B"), command="python experiments/fmnist.py "
-            "family_small_batch", reason="90 runs of 100 rounds at batch 16, about 45 core-minutes; started in the "
-            "sixth round and not finished there (the command continues from the runs whose files exist)"))
+            "family_small_batch", reason="90 runs of 100 rounds at batch 16, about 45 core-minutes (the command "
+            "continues from the runs whose files exist)"))
     not_run = {"seed": FEDSUM_SEED, "role": "not run", "kind": "greater", "metric": "test_accuracy",
                "round": "final", "run": "not run", "deviations": ()}
     out += [
