@@ -24,6 +24,7 @@ from fedrun.data.client_block import Batches
 from fedrun.models import build_model, uses_randomness
 from fedrun.models.resnet import ResNet18
 from fedrun.protocol import LocalPlan
+from fedrun.training.classes_first import same_bits
 from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.gemm_conv import GemmConv2d, batched_module
@@ -172,6 +173,43 @@ def test_the_written_out_batched_forward_gives_vmaps_bits(name, dtype):
                               for m in (block.model, vmapped))
         assert torch.count_nonzero(written[0]) > 0
         assert torch.equal(written[0], reference[0]) and torch.equal(written[1], reference[1]), k
+
+
+class ForwardOnly(Vmapped):
+    """A model with ``batched_forward`` but no ``batched_backward``: its batched gradient is autograd's."""
+
+    def batched_forward(self, params: dict[str, torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
+        inner = {name.removeprefix("inner."): value for name, value in params.items()}
+        return self.inner.batched_forward(inner, inputs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", ["linear", "logistic"])
+def test_the_written_out_backward_gives_autograds_bits(name, dtype):
+    """``batched_backward`` (with the loss's own gradient, fedrun.training.losses.loss_and_grad) replaces
+    autograd for speed only: on W2's shapes (a chunk of 64 clients x 50 example slots, enough rows for the
+    classes-first cross-entropy where this CPU admits it), some clients short or empty, every gradient and loss
+    is the bits of autograd through ``batched_forward`` and of vmap."""
+    torch.manual_seed(1)
+    features, clients, steps, slots = 32, 64, 2, 50
+    task_loss = cross_entropy if name == "logistic" else half_squared_error
+    model = FlatModel(build_model(name, (features,), 10).to(dtype))
+    x_data = torch.randn(clients * slots, features, dtype=dtype)
+    y_data = (torch.randint(0, 10, (clients * slots,)) if name == "logistic"
+              else torch.randn(clients * slots, dtype=dtype))
+    sizes = torch.full((clients, steps), slots)
+    sizes[3], sizes[40] = torch.tensor([17, 0]), torch.tensor([0, 1])
+    batches = Batches(index=torch.randint(0, clients * slots, (clients, steps, slots)),
+                      mask=torch.arange(slots) < sizes[:, :, None], sizes=sizes.numpy(),
+                      steps=np.full(clients, steps), x=x_data, y=y_data, slots=slots)
+    x = model.initial_vector(dtype, torch.device("cpu")) + 0.3 * torch.randn(clients, model.dim, dtype=dtype)
+    models = [model, FlatModel(ForwardOnly(model.module)), FlatModel(Vmapped(model.module))]
+    for k in range(steps):
+        (g, loss), *references = (Vmap(m, task_loss, x.device).oracle(batches)(x, slice(0, clients), k)
+                                  for m in models)
+        assert torch.count_nonzero(g) > 0 and torch.count_nonzero(g[40]) == (k == 1) * model.dim
+        for g_ref, loss_ref in references:
+            assert same_bits(g, g_ref) and same_bits(loss, loss_ref), k
 
 
 # The LEAF models and the CIFAR-shaped CNNs are batched by `auto` on CUDA only (on a CPU, where a batched block

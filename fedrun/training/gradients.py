@@ -31,7 +31,7 @@ from fedrun.data.client_block import Batches
 from fedrun.training.dropout import BlockDropout, DropoutSeeds
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.gemm_conv import batched_module
-from fedrun.training.losses import LossFn
+from fedrun.training.losses import LossFn, loss_and_grad
 
 # clients per batched call, by device type and model size (bench/RESULTS.md: on W2's logistic regression a
 # CPU call costs about as much as 100 clients' arithmetic, so 64 rows take 34 ms for 100 clients, 16 take 78)
@@ -99,33 +99,81 @@ def batched_loss_fn(model: FlatModel, loss_fn: LossFn, module: nn.Module, dropou
     return clients_loss
 
 
+# (params, inputs, targets, mask) -> (each parameter's gradient [C, *shape], each client's masked mean loss [C])
+BlockGradient = Callable[[dict[str, Tensor], Tensor, Tensor, Tensor], tuple[dict[str, Tensor], Tensor]]
+
+
+def written_out_gradient(model: FlatModel, loss_fn: LossFn) -> BlockGradient | None:
+    """For a model that writes out both its batched forward and its backward (``batched_forward`` and
+    ``batched_backward``, the linear models), every client's gradient and masked mean loss without autograd:
+
+        o = batched_forward(params, a),  w_cj = m_cj / max(1, sum_j m_cj),
+        l, dl/do = the loss and the gradient of sum_cj w_cj l(o_cj, b_cj)   (fedrun.training.losses.loss_and_grad)
+        f_c = sum_j m_cj l_cj / max(1, sum_j m_cj),  grads = batched_backward(params, a, dl/do)
+
+    The same kernels on the same operands as autograd's backward of :func:`batched_loss_fn` (w is its gradient of
+    the summed losses with respect to the per-example losses, 1/den then times the mask), so the same bits
+    (tests/test_batched_exact.py), without the graph and the engine: a third of W2's oracle on a CPU. None for
+    any other model."""
+    forward = getattr(model.module, "batched_forward", None)
+    backward = getattr(model.module, "batched_backward", None)
+    if forward is None or backward is None:
+        return None
+
+    def gradient(params: dict[str, Tensor], inputs: Tensor, targets: Tensor, mask: Tensor
+                 ) -> tuple[dict[str, Tensor], Tensor]:
+        outputs = forward(params, inputs)
+        weights = mask.to(outputs.dtype)
+        counts = weights.sum(1).clamp_min(1)
+        per_weight = torch.ones_like(counts).div_(counts).unsqueeze(1) * weights
+        per_example, grad_outputs = loss_and_grad(loss_fn, outputs.flatten(0, 1), targets.flatten(0, 1),
+                                                  per_weight.flatten())
+        losses = (per_example.view(mask.shape) * weights).sum(1) / counts
+        return backward(params, inputs, grad_outputs.view(outputs.shape)), losses
+
+    return gradient
+
+
 def vmap_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, seeds: DropoutSeeds | None = None) -> Oracle:
     """``seeds``: for a model with dropout, each row's stream (its noise drawn by :class:`BlockDropout`)."""
     module = batched_module(model.module)
     dropout = None if seeds is None else BlockDropout.of(module, batches.x[:1])
+    written_out = None if dropout is not None else written_out_gradient(model, loss_fn)
     batched_loss = batched_loss_fn(model, loss_fn, module if dropout is None else dropout.module, dropout)
     counts = np.asarray(batches.sizes) if dropout is not None else None  # examples per row and step, on the host
+    # index_select gathers a chunk's examples at a quarter of advanced indexing's cost (W2: 26 us against 108),
+    # but hands channels_last images back NCHW for the model to copy again (W1's oracle 3.5 % slower)
+    gather = rows_of if batches.x.is_contiguous() else lambda values, idx: values[idx]
 
     def oracle(x: Tensor, rows: slice, k: int) -> tuple[Tensor, Tensor]:
+        idx = batches.index[rows, k]
+        inputs, targets, mask = gather(batches.x, idx), rows_of(batches.y, idx), batches.mask[rows, k]
+        if written_out is not None:
+            grads, losses = written_out(model.batched_params(x), inputs, targets, mask)
+            return _flat(model, x, grads), losses
         # vmap of the forward pass only, then one ordinary backward of the summed losses: the clients are
         # independent, so each row's gradient is its own client's; ~15% faster than vmap(grad(...)) on
         # CPU for small models, where the transform's per-call overhead dominates. Each parameter is its
         # own leaf (a [C, ...] view of x): autograd through slices of one flat leaf would zero-fill and
         # add a [C, d] tensor per parameter
-        idx = batches.index[rows, k]
         noise = [] if dropout is None else dropout.noise(seeds, counts, rows, k, batches.slots, x)
         with torch.enable_grad():
             leaves = {name: view.detach().requires_grad_(True) for name, view in model.batched_params(x).items()}
-            # advanced indexing, not rows_of: it keeps the examples' memory format (channels_last images), which
-            # index_select would hand back NCHW for the model to copy again (W1's oracle 3.5 % slower)
-            losses = batched_loss(leaves, batches.x[idx], batches.y[idx], batches.mask[rows, k], noise)
+            losses = batched_loss(leaves, inputs, targets, mask, noise)
             grads = torch.autograd.grad(losses.sum(), list(leaves.values()))
         if dropout is not None:
             dropout.feed = None
-        g = torch.cat([grad.reshape(x.shape[0], -1) for grad in grads], dim=1)
-        return g, losses.detach()
+        return _flat(model, x, dict(zip(leaves, grads, strict=True))), losses.detach()
 
     return oracle
+
+
+def _flat(model: FlatModel, x: Tensor, grads: dict[str, Tensor]) -> Tensor:
+    """The parameters' gradients ``[C, *shape]`` as one ``[C, d]`` (each copied once into its columns)."""
+    g = x.new_empty(x.shape)
+    for name, view in model.batched_params(g).items():
+        view.copy_(grads[name])
+    return g
 
 
 def rows_of(values: Tensor, idx: Tensor) -> Tensor:

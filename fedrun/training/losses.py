@@ -9,9 +9,11 @@ from torch import Tensor
 
 from fedrun.training.classes_first import (
     classes_first_cross_entropy,
+    classes_first_loss_and_grad,
     exact_for,
     reference_cross_entropy,
     uses_classes_first,
+    via_autograd,
 )
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -23,6 +25,16 @@ def cross_entropy(outputs: Tensor, targets: Tensor) -> Tensor:
     if uses_classes_first(outputs, targets):
         return classes_first_cross_entropy(outputs, targets)
     return reference_cross_entropy(outputs, targets)
+
+
+def loss_and_grad(loss_fn: LossFn, outputs: Tensor, targets: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+    """``loss_fn``'s per-example losses and the gradient of ``sum_i weights_i loss_i`` with respect to ``outputs``
+    (for an oracle that writes its model's backward itself): autograd's, through the classes-first kernel's own
+    backward where :func:`cross_entropy` takes that kernel (the same bits: its self-check compares both)."""
+    if loss_fn is cross_entropy and uses_classes_first(outputs, targets):
+        return classes_first_loss_and_grad(outputs, targets, weights)
+    with torch.enable_grad():
+        return via_autograd(loss_fn)(outputs, targets, weights)
 
 
 def half_squared_error(outputs: Tensor, targets: Tensor) -> Tensor:
