@@ -77,6 +77,9 @@ def _resolved(config: Config | dict | str | Path, overrides: list[str] | tuple[s
     """The run's config: ``config`` (a YAML path, a dict of sections or a Config, left unchanged) with ``overrides``."""
     if isinstance(config, (str, Path)):
         return load_config(config, overrides)
+    if not isinstance(config, (Config, dict)):
+        raise TypeError(f"fedrun.run: config must be a Config, a dict of sections ({{}}: every default) or a YAML "
+                        f"path, not {type(config).__name__}")
     data = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
     apply_overrides(data, overrides)
     return config_from_dict(data)

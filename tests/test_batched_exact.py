@@ -22,13 +22,14 @@ from fedrun.algorithms.fedcada import ClientAdam
 from fedrun.config import LocalConfig
 from fedrun.data.client_block import Batches
 from fedrun.models import build_model, uses_randomness
+from fedrun.models.linear import Logistic
 from fedrun.models.resnet import ResNet18
 from fedrun.protocol import LocalPlan
 from fedrun.training.classes_first import same_bits
 from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
 from fedrun.training.gemm_conv import GemmConv2d, batched_module
-from fedrun.training.gradients import Chunks, chunk_size
+from fedrun.training.gradients import FIT, FITTED_CHUNK, TAIL, Chunks, chunk_size, fitted_chunks
 from fedrun.training.local_strategy import Vmap, local_strategy
 from fedrun.training.losses import cross_entropy, half_squared_error
 from fedrun.training.strategy import EXACT_BATCHED
@@ -47,6 +48,12 @@ def places(real: int) -> list[list[int]]:
             [*others[:real - 1], TARGET], [*others[:real + 3], TARGET]]
 
 
+def probe_batches(x: torch.Tensor, y: torch.Tensor) -> Batches:
+    """One client's batch over examples ``x``, ``y``: what fitted_chunks draws its probe clients' examples from."""
+    return Batches(index=torch.zeros(1, 1, BATCH, dtype=torch.int64), mask=torch.ones(1, 1, BATCH, dtype=torch.bool),
+                   sizes=np.full((1, 1), BATCH), steps=np.ones(1), x=x, y=y, slots=BATCH)
+
+
 class Block:
     """A model, its flat vector and chunk-and-a-bit of clients of synthetic data with their per-client inputs."""
 
@@ -59,12 +66,19 @@ class Block:
         self.model = FlatModel(module.to(dtype))
         self.x0 = self.model.initial_vector(dtype, torch.device("cpu"))
         d = self.model.dim
-        self.real = Chunks.of(chunk_size(torch.device("cpu"), d), d).real
+        self.loss = half_squared_error if name == "linear" else cross_entropy
+        fixed = Chunks.of(chunk_size(torch.device("cpu"), d), d)
+        # the chunks batched training uses: fitted (fedrun.training.gradients.fitted_chunks) where this CPU's
+        # kernels allow it for the model, on an example set like the one below
+        count = (FITTED_CHUNK + 6) * EXAMPLES
+        targets = torch.zeros(count, dtype=dtype if name == "linear" else torch.int64)
+        probe = probe_batches(torch.randn(count, *shape, dtype=dtype), targets)
+        self.chunks = fitted_chunks(self.model, self.loss, probe, fixed) or fixed
+        self.real = self.chunks.real
         clients = self.real + 6
         count = clients * EXAMPLES
         self.x = torch.randn(count, *shape, dtype=dtype)
         self.y = torch.randn(count, dtype=dtype) if name == "linear" else torch.randint(0, classes, (count,))
-        self.loss = half_squared_error if name == "linear" else cross_entropy
         rng = torch.Generator().manual_seed(1)
         self.index = torch.stack([torch.randint(c * EXAMPLES, (c + 1) * EXAMPLES, (STEPS, BATCH), generator=rng)
                                   for c in range(clients)])
@@ -95,9 +109,10 @@ class Block:
             return LocalPlan(start=start, optimizer=storm, optimizer_state={"v": self.moments["v"][rows]}), cfg
         return LocalPlan(start=start), cfg
 
-    def trained(self, rows: list[int], rule: str, strategy: str = "batched") -> torch.Tensor:
-        """The end points of clients ``rows`` trained as one block by ``strategy``; a model with dropout draws
-        client c's masks from the stream of global client 100 + c, round 3 (as fedrun's trainer does)."""
+    def trained(self, rows: list[int], rule: str, strategy: str = "batched", fixed: bool = False) -> torch.Tensor:
+        """The end points of clients ``rows`` trained as one block by ``strategy`` (``fixed``: batched in fixed
+        chunks, never fitted); a model with dropout draws client c's masks from the stream of global client
+        100 + c, round 3 (as fedrun's trainer does)."""
         rows_t = torch.as_tensor(rows)
         sizes = self.sizes[rows_t]
         batches = Batches(index=self.index[rows_t], mask=torch.arange(BATCH) < sizes[:, :, None], sizes=sizes,
@@ -105,6 +120,8 @@ class Block:
         seeds = DropoutSeeds(np.asarray(rows) + 100, 7, 3) if uses_randomness(self.model.module) else None
         plan, cfg = self.plan(rule, rows_t)
         trainer = local_strategy(strategy, self.model, self.loss, self.x.device)
+        if fixed:  # the check never runs: the chunks stay fixed
+            trainer.fitting_checked = True
         return trainer.train(plan, batches, 0.05, cfg, seeds).x_end
 
 
@@ -122,6 +139,60 @@ def check_places(name: str, dtype: torch.dtype, rule: str) -> None:
 @pytest.mark.parametrize("name", ["linear", "logistic"])
 def test_dense_models_give_a_client_the_same_bits_at_any_position(name, rule, dtype):
     check_places(name, dtype, rule)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("rule", ["sgd", "momentum", "corrected", "amsgrad", "client_adam", "storm"])
+@pytest.mark.parametrize("name", ["linear", "logistic"])
+def test_a_block_of_any_size_gives_a_client_the_fixed_chunks_bits(name, rule, dtype):
+    """Whatever chunks the check chose (fitted here, where the kernels allow: a block's last call only as large as
+    its clients need), a client trained in blocks of 1 to more than a chunk of clients, so in calls of every
+    size class, has the bits it has in fixed chunks of 64 rows: so a run has the same bits on any number of
+    ranks (whose blocks differ in size)."""
+    block = Block(name, dtype)
+    others = [c for c in range(block.real + 6) if c != TARGET]
+    for count in (1, 2, 9, 40, 63, 64, 70, block.real, block.real + 5):
+        rows = [*others[:count - 1], TARGET]
+        fitted, fixed = (block.trained(rows, rule, fixed=f)[-1] for f in (False, True))
+        assert torch.equal(fitted, fixed), (rule, count, block.chunks)
+
+
+def test_every_call_of_fitted_chunks_ends_with_the_padding_rows():
+    """A fitted chunk's last call holds its clients and at least the fixed chunks' padding rows (no client's
+    values in a vectorized loop's scalar remainder), rounded up to FIT rows; every client has one row."""
+    for dim in (1, 10, 330):
+        chunks = Chunks.of(FITTED_CHUNK, dim, fitted=True)
+        pad = chunks.size - chunks.real
+        assert pad * dim >= TAIL
+        for count in range(1, 3 * FITTED_CHUNK):
+            calls = chunks.groups(count)
+            assert sum(clients for _, clients in calls) == count
+            assert all(rows - clients >= pad and rows % FIT == 0 or rows == chunks.size for rows, clients in calls)
+            source, live = chunks.layout(count)
+            assert np.array_equal(source[live], np.arange(count)) and len(source) == sum(r for r, _ in calls)
+
+
+class SizeDependent(Logistic):
+    """A written-out model whose outputs depend on how many clients share the call (a kernel that picks its
+    algorithm by batch size would do the same, more subtly)."""
+
+    def batched_forward(self, params: dict[str, torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
+        return super().batched_forward(params, inputs) * (1 + 1e-6 * (inputs.shape[0] % 3))
+
+
+def test_fitted_chunks_only_where_the_kernels_give_the_same_bits_at_any_size():
+    """The check is not vacuous: it refuses a model whose results follow the call's size, and every vmapped
+    model (its kernels may follow the batch); it admits the linear models where this CPU's kernels allow."""
+    data = torch.randn(600, 16)
+    batches = probe_batches(data, torch.randint(0, 10, (600,)))
+    fixed = Chunks.of(64, 170)
+    assert fitted_chunks(FlatModel(SizeDependent(16, 10)), cross_entropy, batches, fixed) is None
+    assert fitted_chunks(FlatModel(Vmapped(Logistic(16, 10))), cross_entropy, batches, fixed) is None
+    chunks = fitted_chunks(FlatModel(Logistic(16, 10)), cross_entropy, batches, fixed)
+    if chunks is None:
+        pytest.skip("this CPU's kernels give the logistic model other bits in calls of other sizes: fixed chunks")
+    assert chunks.fitted and [rows for rows, _ in chunks.groups(100)] == [104]
+    assert [rows for rows, _ in chunks.groups(300)] == [128, 128, 48]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])

@@ -101,6 +101,8 @@ def test_the_python_api_names_its_own_arguments_and_a_callbacks_stop_prints_a_li
     with pytest.raises(ConfigError, match='resume="auto"') as info:  # a fresh run on a directory with checkpoints
         fedrun.run({}, overrides)
     assert "--resume" not in str(info.value)
+    with pytest.raises(TypeError, match="config must be a Config, a dict of sections"):  # not an AttributeError
+        fedrun.run(None, overrides)
 
 
 def test_a_refused_resume_from_the_cli_names_the_flags(tmp_path):

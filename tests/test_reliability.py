@@ -16,9 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers import LEAST_SQUARES, REPO, child_env, descendants, mpiexec, run_ranks
 
 from fedrun.checkpoint import CheckpointReader, checkpoint_round, find_latest_valid, list_checkpoints
+from fedrun.federation.exchange import joined, split
 
 pytestmark = pytest.mark.mpi
 
@@ -216,6 +218,17 @@ def test_nonfinite_upload_stops_with_status_3_naming_round_and_client(tmp_path):
     assert latest is not None and checkpoint_round(latest) == 1  # the last good round's checkpoint
     with CheckpointReader(latest) as reader:
         assert np.isfinite(reader.read("server/x")).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_counts_and_client_ids_cross_a_float_reduce_exactly(dtype):
+    """The gathered exchange carries each rank's non-finite count and smallest bad client id in the run's float
+    dtype, summed over ranks: as split pairs they come back exact where one float32 would not (2^24 + 1)."""
+    values = [[0, 0, 2 ** 24 + 1, 0], [3, 1, 0, 2 ** 35 + 12_345], [4095, 0, 4097, 0], [4096, 1, 0, 0]]  # 4 ranks
+    parts = [torch.tensor([split(v) for v in rank_values], dtype=dtype) for rank_values in values]
+    summed = torch.stack(parts).sum(dim=0)
+    assert joined(summed).tolist() == [sum(column) for column in zip(*values, strict=True)]
+    assert float(torch.tensor(2 ** 24 + 1, dtype=torch.float32)) != 2 ** 24 + 1  # what one float32 would give
 
 
 def test_skip_nonfinite_clients_drops_them_and_tells_the_algorithm(tmp_path):

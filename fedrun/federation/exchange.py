@@ -182,7 +182,7 @@ class Exchange:
         rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
         rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
         numel = self.exact_layout.numel
-        if not self.gathered and world.size * (n * numel + 2 + world.size) * 8 <= GATHER_BYTES:
+        if not self.gathered and world.size * (n * numel + 2 * (2 + world.size)) * 8 <= GATHER_BYTES:
             return self._summed_on_root(n, torch.cat(rows, dim=1) if rows else None, uplink)
         spans = list(self.exact_layout.slices.values())
         if len(rows) == len(spans) and len(losses) * numel <= exact_sum.CHUNK:
@@ -219,30 +219,32 @@ class Exchange:
     def _summed_on_root(self, n: int, block: Tensor | None, uplink: Uplink) -> Totals | None:
         """Step 4 when the step's rows are few enough to gather (a small model or cohort; W2): every rank's raw
         rows ``block`` ``[C, numel]`` (summed entries and loss), each in its slot among the step's ``n`` consumed
-        clients, and the runtime counts, in ONE float64 reduce to rank 0 (a gather and a sum there; every entry
-        has one non-zero term, so it is exact), after which rank 0 takes the exact sums of the ``n`` rows
-        itself. An exact sum is a function of its multiset of rows alone, so these are the bits of the
+        clients, and the runtime counts, in ONE reduce to rank 0 in the run's dtype (a gather and a sum there;
+        every entry has one non-zero term, so it is exact), after which rank 0 takes the exact sums of the ``n``
+        rows itself. An exact sum is a function of its multiset of rows alone, so these are the bits of the
         two-collective path (the exponents' MAX, then the limbs' sum) with one collective less: 2 ranks of W2
-        spent 0.68 ms a round in that MAX (bench/RESULTS.md, issue 47). On one rank every row is already here:
-        no buffer and no collective, the counts straight from ``uplink`` (W2, loaded machine: 0.28 -> 0.20 ms)."""
+        spent 0.68 ms a round in that MAX (bench/RESULTS.md, issue 47). The counts travel as :func:`split`
+        pairs, exact in float32 (W2's float32 rows: half the bytes of float64, the gather 0.37 -> 0.27 ms). On
+        one rank every row is already here: no buffer and no collective, the counts straight from ``uplink``
+        (W2, loaded machine: 0.28 -> 0.20 ms)."""
         world, numel = self.world, self.exact_layout.numel
         if world.size == 1:
             empty = torch.zeros(0, numel, dtype=self.dtype, device=world.device)
             up = self._exact_sums(block if block is not None else empty, n)
             return Totals(up=up, loss=float(up.pop("_loss")), nonfinite=uplink.nonfinite,
                           bad_client=uplink.bad_client if uplink.nonfinite else -1, signal=uplink.stop_requested)
-        buf = torch.zeros(n * numel + 2 + world.size, dtype=torch.float64, device=world.device)
-        rows, counts = buf[:n * numel].view(n, numel), buf[n * numel:]
+        buf = torch.zeros(n * numel + 2 * (2 + world.size), dtype=self.dtype, device=world.device)
+        rows, counts = buf[:n * numel].view(n, numel), buf[n * numel:].view(2 + world.size, 2)
         if block is not None and len(block):
-            rows.index_copy_(0, torch.as_tensor(uplink.slots, device=world.device), block.to(torch.float64))
-        counts[0], counts[1] = uplink.nonfinite, int(uplink.stop_requested)
+            rows.index_copy_(0, torch.as_tensor(uplink.slots, device=world.device), block)
+        wide = [uplink.nonfinite, int(uplink.stop_requested)] + [0] * world.size
         if uplink.nonfinite:
-            counts[2 + world.rank] = uplink.bad_client + 1
+            wide[2 + world.rank] = uplink.bad_client + 1
+        counts.copy_(torch.tensor([split(v) for v in wide], dtype=self.dtype))
         reduce_to_root(world, buf)
         if not world.is_root:
             return None
-        up = self._exact_sums(rows.to(self.dtype), n)  # the uploads' own values (float64 held them exactly)
-        return totals(up, counts.to(torch.int64))
+        return totals(self._exact_sums(rows, n), joined(counts))
 
     def _exact_sums(self, rows: Tensor, n: int) -> dict[str, Tensor]:
         """The summed entries (and ``_loss``) of a step of ``n`` uploads from all of its rows ``rows``
@@ -253,6 +255,21 @@ class Exchange:
         limbs = exact_sum.encode_sum(rows, exps, terms).to(torch.int64)
         return self.exact_layout.unpack(exact_sum.decode(limbs.to(torch.float64), exps, terms, self.dtype),
                                         self.up_scalars)
+
+
+SPLIT = 1 << 12  # an integer count or id in a float buffer: v = hi * SPLIT + lo, each part exact in float32 to 2^24
+
+
+def split(value: int) -> tuple[int, int]:
+    """``value`` (>= 0) as (hi, lo) with lo < SPLIT: every rank's parts summed stay exact in float32 while the
+    sums stay below 2^24 (ids and counts below 2^36 from fewer than 4,096 ranks)."""
+    return divmod(value, SPLIT)
+
+
+def joined(pairs: Tensor) -> Tensor:
+    """int64 ``[k]`` values of summed :func:`split` pairs ``[k, 2]``."""
+    wide = pairs.to(torch.int64)
+    return wide[:, 0] * SPLIT + wide[:, 1]
 
 
 def totals(up: dict[str, Tensor], counts: Tensor) -> Totals:

@@ -39,6 +39,8 @@ CHUNK = {("cpu", False): 64, ("cpu", True): 16, ("cuda", False): 256, ("cuda", T
 LARGE = 1 << 20  # parameters above which a model is large (memory: a solver holds several [S, d] copies)
 PLACED = 16  # numbers of clients whose chunk rows Chunks.placed keeps
 TAIL = 64  # elements of padding that end every chunk: more than a vectorized loop's scalar remainder
+FITTED_CHUNK = 128  # rows per call of fitted chunks (a CPU, a written-out gradient): W2's 100 clients in one call
+FIT = 8  # rows to which a fitted chunk's last call is rounded up (fewer distinct shapes)
 Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, rows, step) -> (g, loss)
 
 
@@ -185,34 +187,52 @@ def rows_of(values: Tensor, idx: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class Chunks:
-    """The fixed shape of the ``batched`` strategy's calls: ``size`` rows each, the first ``real`` of them
-    clients, the others padding (copies of the chunk's first client with every step masked out).
+    """The shapes of the ``batched`` strategy's calls: ``size`` rows each, the first ``real`` of them clients,
+    the others padding (copies of the chunk's first client with every step masked out).
 
     The padding rows at the end of every chunk matter twice: each kernel sees the same shapes whatever
     clients share a call, and no client's values fall in the last elements of a [size, d] tensor, which
     PyTorch's vectorized CPU loops hand to a scalar loop whose rounding may differ (measured: 3.7e-9 on a
-    client-Adam step); ``size - real`` rows hold at least :data:`TAIL` elements."""
+    client-Adam step); ``size - real`` rows hold at least :data:`TAIL` elements.
+
+    ``fitted`` chunks (:func:`fitted_chunks`: a model whose kernels give a client the same bits in a call of
+    any number of rows) make the last call of a block only as large as its clients and padding need, rounded
+    up to :data:`FIT` rows: 100 clients are one call of 104 rows, not two of 64."""
 
     size: int
     real: int
+    fitted: bool = False
     _placed: dict[tuple[int, torch.device], ChunkRows] = field(default_factory=dict, init=False, compare=False,
                                                               repr=False)
 
     @staticmethod
-    def of(size: int, dim: int) -> Chunks:
+    def of(size: int, dim: int, fitted: bool = False) -> Chunks:
         """Chunks of ``size`` rows for d = ``dim`` (at least twice the padding rows, for tiny models)."""
         pad = -(-TAIL // dim)
         size = max(size, 2 * pad)
-        return Chunks(size, size - pad)
+        return Chunks(size, size - pad, fitted)
+
+    def groups(self, count: int) -> list[tuple[int, int]]:
+        """For ``count`` clients, each call's (padded rows, clients): full calls, then the last one (fitted:
+        its clients and at least ``size - real`` padding rows, rounded up to :data:`FIT`)."""
+        full, rest = divmod(count, self.real)
+        last = [] if not rest else [(min(self.size, -(-(rest + self.size - self.real) // FIT) * FIT)
+                                     if self.fitted else self.size, rest)]
+        return [(self.size, self.real)] * full + last
 
     def layout(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """For ``count`` clients: the client each padded row copies and which rows are clients (both
-        ``[groups * size]``, on the host; the clients' rows in their order)."""
-        slot = np.arange(-(-count // self.real) * self.size)
-        group, j = slot // self.size, slot % self.size
-        source = group * self.real + j
-        live = (j < self.real) & (source < count)
-        return np.where(live, source, group * self.real), live
+        ``[padded rows]``, on the host; the clients' rows in their order)."""
+        sources, lives, first = [], [], 0
+        for rows, clients in self.groups(count):
+            j = np.arange(rows)
+            live = j < clients
+            sources.append(np.where(live, first + j, first))
+            lives.append(live)
+            first += clients
+        if not sources:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        return np.concatenate(sources), np.concatenate(lives)
 
     def placed(self, count: int, device: torch.device) -> ChunkRows:
         """:meth:`layout` of ``count`` clients with its index tensors on ``device``, built once per (count,
@@ -224,7 +244,9 @@ class Chunks:
                 self._placed.clear()
             source, live = self.layout(count)
             to = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
-            self._placed[key] = ChunkRows(source, live, to(source), to(live), to(np.flatnonzero(live)))
+            ends = np.cumsum([0] + [rows for rows, _ in self.groups(count)])
+            self._placed[key] = ChunkRows(source, live, to(source), to(live), to(np.flatnonzero(live)),
+                                          [slice(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:], strict=True)])
             for host in (source, live):
                 host.flags.writeable = False
         return self._placed[key]
@@ -233,13 +255,14 @@ class Chunks:
 @dataclass(frozen=True)
 class ChunkRows:
     """The padded rows of :meth:`Chunks.layout` for one number of clients: the client each row copies and which
-    rows are clients, on the host and on the device, and the clients' rows as an index."""
+    rows are clients, on the host and on the device, the clients' rows as an index, and each call's rows."""
 
-    source_host: np.ndarray  # [groups * size]
-    live_host: np.ndarray  # [groups * size] bool
+    source_host: np.ndarray  # [padded rows]
+    live_host: np.ndarray  # [padded rows] bool
     source: Tensor
     live: Tensor
     live_rows: Tensor  # int64: the positions of the clients' rows (an index, not a mask)
+    calls: list[slice]  # the padded rows of each call, in order
 
 
 def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: Chunks,
@@ -258,6 +281,50 @@ def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: 
     padded = Batches(index=index, mask=mask, sizes=sizes, steps=batches.steps, x=batches.x, y=batches.y,
                      slots=batches.slots)
     return vmap_oracle(model, loss_fn, padded, None if seeds is None else seeds.rows(source_host))
+
+
+def fitted_chunks(model: FlatModel, loss_fn: LossFn, batches: Batches, fixed: Chunks) -> Chunks | None:
+    """Fitted chunks of :data:`FITTED_CHUNK` rows for this model on this machine, or None (keep ``fixed``).
+
+    Only a model with a written-out gradient (:func:`written_out_gradient`: per-client batched products and
+    per-row losses, with no vmap or convolution whose algorithm follows the batch) on a CPU qualifies, and only
+    if this machine's kernels show it: probe clients drawn from ``batches``' examples (some short, one empty)
+    get every bit of their gradients and losses in a call of each size a fitted chunk can take (:data:`FIT` to
+    :data:`FITTED_CHUNK` rows) equal to those of the ``fixed`` chunks' calls. Those bits are the fixed chunks'
+    bits, so a rank whose kernels fail the check keeps fixed chunks and the run keeps its bits on any number of
+    ranks. Checked once per strategy (about 20 calls, a few milliseconds for W2)."""
+    gradient = written_out_gradient(model, loss_fn)
+    if (gradient is None or batches.x.device.type != "cpu" or not batches.x.is_floating_point()
+            or model.dim > LARGE or not len(batches.x)):
+        return None
+    fitted = Chunks.of(FITTED_CHUNK, model.dim, fitted=True)
+    clients, slots = fitted.real, batches.slots
+    gen = torch.Generator().manual_seed(0)
+    index = torch.randint(0, len(batches.x), (clients, slots), generator=gen)
+    mask = torch.ones(clients, slots, dtype=torch.bool)
+    mask[1, slots // 2:], mask[2] = False, False  # a short client and an empty one
+    x = 0.1 * torch.randn(clients, model.dim, generator=gen).to(batches.x.dtype)
+
+    def call(rows: int, members: np.ndarray) -> tuple[Tensor, Tensor]:
+        """The gradients and losses of clients ``members`` in one call of ``rows`` rows (padding: the first)."""
+        source = torch.from_numpy(np.concatenate([members, np.full(rows - len(members), members[0])]))
+        live = torch.arange(rows) < len(members)
+        points, idx = x[source], index[source]
+        grads, losses = gradient(model.batched_params(points), rows_of(batches.x, idx), rows_of(batches.y, idx),
+                                 mask[source] & live[:, None])
+        return _flat(model, points, grads)[:len(members)], losses[:len(members)]
+
+    members = np.arange(clients)
+    reference = [call(fixed.size, members[start:start + fixed.real]) for start in range(0, clients, fixed.real)]
+    g_ref, loss_ref = (torch.cat(parts) for parts in zip(*reference, strict=True))
+    for rows in range(FIT, fitted.size + 1, FIT):
+        members = np.arange(min(clients, rows - (fitted.size - fitted.real)))
+        if not len(members):
+            continue
+        g, loss = call(rows, members)
+        if not (torch.equal(g, g_ref[:len(members)]) and torch.equal(loss, loss_ref[:len(members)])):
+            return None
+    return fitted
 
 
 def chunk_size(device: torch.device, dim: int) -> int:

@@ -68,7 +68,10 @@ def run_local(plan: LocalPlan, oracle: Oracle, step_active: np.ndarray, lr: floa
     ``local.momentum``. Nothing here reads a tensor back to the host (no ``.item()``, ``float()``, ``bool()``,
     ``.cpu()``, boolean-mask indexing), so on a GPU the host queues every client's steps without waiting for the
     device (tests/test_no_sync.py counts such reads). :func:`run_chunked` is the batched oracle's solver."""
-    return _solve(_local(plan, oracle, cfg, False), step_active, lr, group_size or plan.start.shape[0])
+    count = plan.start.shape[0]
+    group = group_size or count
+    return _solve(_local(plan, oracle, cfg, False), step_active, lr,
+                  [slice(start, min(count, start + group)) for start in range(0, count, group)])
 
 
 def _local(plan: LocalPlan, oracle: Oracle, cfg: LocalConfig, exact: bool) -> _Local:
@@ -87,14 +90,15 @@ def run_chunked(plan: LocalPlan, oracle: Oracle, step_active: np.ndarray, lr: fl
     # term reads the start: a second copy then)
     padded = replace(plan, start=start, correction=correction, lr_scale=scale, optimizer_state=state)
     active = np.asarray(step_active)[source_host] & live_host[:, None]
-    out = _solve(_local(padded, oracle, cfg, True), active, lr, chunks.size, None if plan.prox > 0 else start)
+    out = _solve(_local(padded, oracle, cfg, True), active, lr, placed.calls, None if plan.prox > 0 else start)
     return LocalResult(x_end=rows_of(out.x_end, live), grad_mean=rows_of(out.grad_mean, live),
                        loss=rows_of(out.loss, live),
                        optimizer_state={k: rows_of(v, live) for k, v in out.optimizer_state.items()})
 
 
-def _solve(local: _Local, active_host: np.ndarray, lr: float, group: int, x: Tensor | None = None) -> LocalResult:
-    """The solver on groups of ``group`` rows, moving ``x`` in place (None: a copy of the plan's start)."""
+def _solve(local: _Local, active_host: np.ndarray, lr: float, groups: list[slice],
+           x: Tensor | None = None) -> LocalResult:
+    """The solver on the groups of rows ``groups``, moving ``x`` in place (None: a copy of the plan's start)."""
     plan = local.plan
     x = plan.start.clone() if x is None else x
     active_host = np.asarray(active_host)
@@ -109,8 +113,7 @@ def _solve(local: _Local, active_host: np.ndarray, lr: float, group: int, x: Ten
                  loss_sum=torch.zeros(num_clients, dtype=x.dtype, device=x.device),
                  state=local.optimizer.init(x, plan.optimizer_state),
                  short=~active_host.all(axis=1))
-    for start in range(0, num_clients, group):
-        rows = slice(start, min(num_clients, start + group))
+    for rows in groups:
         _run_rows(local, work, rows, step[rows] if isinstance(step, Tensor) else step, step_active[rows])
     counts = step_active.sum(dim=1).clamp_min(1).to(x.dtype)
     return LocalResult(x_end=x, grad_mean=work.grad_sum / counts.unsqueeze(1), loss=work.loss_sum / counts,

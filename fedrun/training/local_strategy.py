@@ -24,7 +24,15 @@ from fedrun.data.client_block import Batches
 from fedrun.protocol import LocalPlan, LocalResult
 from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
-from fedrun.training.gradients import Chunks, Oracle, chunk_size, chunked_oracle, sequential_oracle, vmap_oracle
+from fedrun.training.gradients import (
+    Chunks,
+    Oracle,
+    chunk_size,
+    chunked_oracle,
+    fitted_chunks,
+    sequential_oracle,
+    vmap_oracle,
+)
 from fedrun.training.local import run_chunked, run_local
 from fedrun.training.losses import LossFn
 
@@ -81,8 +89,12 @@ class Batched(LocalStrategy):
     def __init__(self, model: FlatModel, loss_fn: LossFn, device: torch.device) -> None:
         super().__init__(model, loss_fn, device)
         self.chunks = Chunks.of(chunk_size(device, model.dim), model.dim)  # the same shapes on every rank
+        self.fitting_checked = False
 
     def oracle(self, batches: Batches, seeds: DropoutSeeds | None = None) -> Oracle:
+        if not self.fitting_checked:  # on the first block's examples: fitted chunks where this machine allows
+            self.fitting_checked = True
+            self.chunks = fitted_chunks(self.model, self.loss_fn, batches, self.chunks) or self.chunks
         return chunked_oracle(self.model, self.loss_fn, batches, self.chunks, seeds)
 
     def solve(self, plan: LocalPlan, oracle: Oracle, step_active: np.ndarray, lr: float,
