@@ -17,10 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import LEAST_SQUARES, REPO, child_env, descendants, mpiexec, run_ranks
+from helpers import LEAST_SQUARES, REPO, child_env, descendants, mpiexec, run_ranks, single_world
 
 from fedrun.checkpoint import CheckpointReader, checkpoint_round, find_latest_valid, list_checkpoints
-from fedrun.federation.exchange import joined, split
+from fedrun.errors import NumericalError
+from fedrun.federation.exchange import STOP_NONFINITE, Exchange, joined, raise_nonfinite, split
+from fedrun.protocol import Declaration, Vector
 
 pytestmark = pytest.mark.mpi
 
@@ -229,6 +231,16 @@ def test_counts_and_client_ids_cross_a_float_reduce_exactly(dtype):
     summed = torch.stack(parts).sum(dim=0)
     assert joined(summed).tolist() == [sum(column) for column in zip(*values, strict=True)]
     assert float(torch.tensor(2 ** 24 + 1, dtype=torch.float32)) != 2 ** 24 + 1  # what one float32 would give
+
+
+def test_the_downlink_names_a_bad_client_beyond_float32s_integers():
+    """Rank 0 broadcasts the stop, the non-finite count and the smallest bad client id in the run's float dtype:
+    client 2^24 + 1 of a float32 run is named as itself, not as its float32 neighbour 2^24."""
+    decl = Declaration(server=(Vector("x", "model"),), down=("x",), up=(Vector("delta"),), model_delta="delta")
+    exchange = Exchange(decl, 3, single_world(), torch.float32)
+    down = exchange.publish({"x": torch.zeros(3)}, STOP_NONFINITE, nonfinite=3, bad_client=2 ** 24 + 1)
+    with pytest.raises(NumericalError, match=r"^round 2: client 16777217 uploaded .* \(and 2 other client\(s\)\)"):
+        raise_nonfinite("round 2", down, skip=False)
 
 
 def test_skip_nonfinite_clients_drops_them_and_tells_the_algorithm(tmp_path):

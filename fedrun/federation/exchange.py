@@ -46,8 +46,9 @@ from fedrun.runtime import exact_sum
 from fedrun.runtime.flat import GATHER_BYTES, FlatLayout, broadcast_from_root, reduce_to_root
 from fedrun.runtime.world import World
 
-_BAD_CLIENT = "_bad_client"
-_DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 1), ("_bad_client", 1), ("_save", 1))
+# the runtime's entries at the end of the downlink: the stop code, the non-finite uploads and the smallest bad
+# client id + 1 (each as a split() pair: exact in float32 beyond 2^24), and whether a checkpoint is due
+_DOWN_EXTRAS = (("_stop", 1), ("_nonfinite", 2), ("_bad_client", 2), ("_save", 1))
 CONTINUE, STOP_SIGNAL, STOP_NONFINITE = 0.0, 1.0, 2.0
 # the gathered buffer and the server rule's working arrays (a sort's values and its int64 indices, the
 # result): what the start-up check asks free memory for, per gathered entry, in units of [n, d]
@@ -103,7 +104,7 @@ class Exchange:
         self.dim = dim
         self.gathered = [e.name for e in decl.up if e.name in decl.gathered()]
         self.down_layout = FlatLayout([(e.name, numel(e)) for e in down_entries] + list(_DOWN_EXTRAS))
-        self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {n for n, _ in _DOWN_EXTRAS}
+        self.down_scalars = {e.name for e in down_entries if isinstance(e, Scalar)} | {"_stop", "_save"}
         summed = [(e.name, numel(e)) for e in decl.up if e.name not in self.gathered]
         self._summed_names = [name for name, _ in summed]
         self.exact_layout = FlatLayout([*summed, ("_loss", 1)])  # the exactly summed part of the uplink
@@ -118,14 +119,15 @@ class Exchange:
         # travels in the step's broadcast, so every rank takes the same decision (fedrun.federation.cadence)
         self.save_due: Callable[[], bool] = lambda: False
 
-    def publish(self, server: dict[str, Tensor], stop: float = CONTINUE, nonfinite: float = 0.0,
-                bad_client: float = -1.0, save: bool = False) -> dict[str, Tensor]:
+    def publish(self, server: dict[str, Tensor], stop: float = CONTINUE, nonfinite: int = 0,
+                bad_client: int = -1, save: bool = False) -> dict[str, Tensor]:
         """Rank 0 packs the server's downlink entries and the runtime entries (``save``: a checkpoint is due
         after this step); one broadcast; every rank returns the downlink (views into the buffer, runtime
         entries included)."""
         if self.world.is_root:  # the runtime entries, last in the layout, written as one slice
             self.down_layout.pack(server, self.down_buf, skip=self._down_extras)
-            self.down_buf[self._extras_span] = torch.tensor([stop, nonfinite, bad_client, float(save)])
+            self.down_buf[self._extras_span] = torch.tensor([stop, *split(nonfinite), *split(bad_client + 1),
+                                                             float(save)])
         broadcast_from_root(self.world, self.down_buf)
         return dict(self._down)
 
@@ -164,12 +166,12 @@ class Exchange:
             train_loss = totals.loss / kept if kept else float("nan")
             server, stop = guarded_rule(server_rule, server, totals, dataclasses.replace(ctx, num_active=kept),
                                         self.skip_nonfinite)
-            down = self.publish(server, stop, float(totals.nonfinite), float(totals.bad_client), self.save_due())
+            down = self.publish(server, stop, totals.nonfinite, totals.bad_client, self.save_due())
         else:
             down = self.publish(server)
         raise_nonfinite(label, down, self.skip_nonfinite)
         down_next = {k: v for k, v in down.items() if not k.startswith("_")}
-        return Outcome(down_next=down_next, stop=float(down["_stop"]), nonfinite=int(down["_nonfinite"]),
+        return Outcome(down_next=down_next, stop=float(down["_stop"]), nonfinite=pair_value(down["_nonfinite"]),
                        train_loss=train_loss, server=server)
 
     def _reduce(self, n: int, uplink: Uplink) -> Totals | None:
@@ -272,6 +274,11 @@ def joined(pairs: Tensor) -> Tensor:
     return wide[:, 0] * SPLIT + wide[:, 1]
 
 
+def pair_value(pair: Tensor) -> int:
+    """The integer a :func:`split` pair ``[2]`` holds."""
+    return int(joined(pair.view(1, 2))[0])
+
+
 def totals(up: dict[str, Tensor], counts: Tensor) -> Totals:
     """Rank 0's :class:`Totals` from the summed entries ``up`` (the loss among them, ``_loss``) and the reduced
     runtime counts ``counts`` (int64: non-finite uploads, stop requests, then per rank its smallest bad client
@@ -306,10 +313,10 @@ def raise_nonfinite(label: str, down: dict[str, Tensor], skip: bool) -> None:
     ``label`` and the cause when rank 0 stopped the run on a non-finite upload or model."""
     if float(down["_stop"]) != STOP_NONFINITE:
         return
-    nonfinite = int(down["_nonfinite"])
+    nonfinite = pair_value(down["_nonfinite"])
     if nonfinite and not skip:
         others = f" (and {nonfinite - 1} other client(s))" if nonfinite > 1 else ""
-        raise NumericalError(f"{label}: client {int(down['_bad_client'])} uploaded a non-finite update "
+        raise NumericalError(f"{label}: client {pair_value(down['_bad_client']) - 1} uploaded a non-finite update "
                              f"or training loss (NaN/Inf){others}; lower the learning rates or set "
                              "run.skip_nonfinite_clients=true")
     raise NumericalError(f"{label}: the global model became non-finite (NaN/Inf); lower the learning rates")
