@@ -15,6 +15,10 @@ it runs every part below, each timed and printed as soon as it ends, every ratio
 * ``batched``: the ``batched`` strategy's chunk-position invariance (a client alone against the same client
   first, in the middle and last of a chunk, bit for bit) and its speed against ``sequential`` for
   :data:`BATCHED_MODELS`: 64 clients, 5 steps of batch 10, timed in turns (``bench/batched.py``).
+* ``written_out``: the linear models' written-out gradient (``batched_backward`` with the loss's own
+  gradient, fedrun.training.gradients.written_out_gradient) against autograd through their ``batched_forward``
+  on a W2-shaped chunk (64 clients x 50 examples, some short or empty) on the device: the same bits asked
+  (on a CPU the test suite checks it; on a GPU this is the only check).
 * ``w1``: W1 on ResNet-18 (``--tiny``: the CIFAR-10 CNN; FedAvg, 1000 clients of 50 CIFAR-shaped synthetic
   examples, cohort 50, 5 steps of batch 10), one rank, each strategy forced and ``auto``, beside the bare
   loop and the stacked floor over the same cohort sizes: median s/round over rounds 3..end (but the last,
@@ -55,6 +59,9 @@ from fedrun.api import run as fedrun_run  # noqa: E402
 from fedrun.models import build_model  # noqa: E402
 from fedrun.runtime.flat import FlatLayout, broadcast_from_root, reduce_to_root  # noqa: E402
 from fedrun.runtime.world import World, deterministic_cuda  # noqa: E402
+from fedrun.training.flat_model import FlatModel  # noqa: E402
+from fedrun.training.gradients import batched_loss_fn, written_out_gradient  # noqa: E402
+from fedrun.training.losses import cross_entropy, half_squared_error  # noqa: E402
 
 # the models of the ``local`` part: W1's ResNet-18, the FedSUM paper's CNNs, the LEAF models
 LOCAL_MODELS = (
@@ -213,6 +220,35 @@ def batched_blocks(device: torch.device, sizes: Sizes) -> list[dict]:
     return out
 
 
+def written_out(device: torch.device, sizes: Sizes) -> list[dict]:
+    """Part 5: the linear models' written-out gradient against autograd's on this device, bit for bit."""
+    out = []
+    clients, slots, features = 64, 50, 32
+    for name, loss in (("logistic", cross_entropy), ("linear", half_squared_error)):
+        torch.manual_seed(0)
+        model = FlatModel(build_model(name, (features,), 10).to(device))
+        data = torch.randn(clients * slots, features, device=device)
+        targets = (torch.randint(0, 10, (clients * slots,), device=device) if name == "logistic"
+                   else torch.randn(clients * slots, device=device))
+        index = torch.randperm(clients * slots, device=device).view(clients, slots)
+        mask = torch.ones(clients, slots, dtype=torch.bool, device=device)
+        mask[3, 17:], mask[5] = False, False
+        x = model.initial_vector(torch.float32, device) + 0.3 * torch.randn(clients, model.dim, device=device)
+        params = model.batched_params(x)
+        grads, losses = written_out_gradient(model, loss)(params, data[index], targets[index], mask)
+        with torch.enable_grad():
+            leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+            reference = batched_loss_fn(model, loss, model.module)(leaves, data[index], targets[index], mask, [])
+            expected = torch.autograd.grad(reference.sum(), list(leaves.values()))
+        same = torch.equal(losses, reference.detach()) and all(
+            torch.equal(grads[k], g) for k, g in zip(leaves, expected, strict=True))
+        worst = max(float((grads[k] - g).abs().max()) for k, g in zip(leaves, expected, strict=True))
+        out.append({"model": name, "clients x examples": f"{clients} x {slots}", "same bits as autograd": same,
+                    "max abs difference": worst})
+        print(f"written_out {out[-1]}", flush=True)
+    return out
+
+
 def w1(device: torch.device, sizes: Sizes) -> list[dict]:
     """W1 on ResNet-18, one rank: each strategy and auto, beside the bare loop and the stacked floor."""
     base = {"run": {"rounds": sizes.w1_rounds, "device": device.type, "seed": 1},
@@ -307,8 +343,8 @@ def ranks_on_one_device(device: torch.device, sizes: Sizes) -> list[dict]:
 
 
 PARTS: dict[str, Callable[[torch.device, Sizes], list[dict]]] = {
-    "collectives": collectives, "local": local_training, "batched": batched_blocks, "w1": w1,
-    "ranks": ranks_on_one_device}
+    "collectives": collectives, "local": local_training, "batched": batched_blocks, "written_out": written_out,
+    "w1": w1, "ranks": ranks_on_one_device}
 
 
 def main() -> None:

@@ -124,6 +124,8 @@ def test_gpu_check_script_runs_every_part_on_cpu(tmp_path):
     for row in report["local"]:  # the bare loop and every strategy the tiny run times, as ratios or a reason
         assert row["bare loop s"] > 0 and all(f"{s} / bare" in row for s in gpu.TINY.strategies)
     assert [(r["model"], r["exact"]) for r in report["batched"]] == [(m, True) for m in gpu.BATCHED_MODELS]
+    assert [(r["model"], r["same bits as autograd"]) for r in report["written_out"]] == [("logistic", True),
+                                                                                        ("linear", True)]
     assert [r["strategy"] for r in report["w1"]] == [*gpu.TINY.strategies, "auto", "bare loop", "stacked vmap"]
     two = report["ranks"][1]  # 2 ranks on one device, after 1 rank and before 2 CPU ranks
     assert two["same bits as 1 rank"] is True and two["collectives"].startswith("gloo")
