@@ -25,6 +25,7 @@ from fedrun.models import build_model, uses_randomness
 from fedrun.models.linear import Logistic
 from fedrun.models.resnet import ResNet18
 from fedrun.protocol import LocalPlan
+from fedrun.training import gradients
 from fedrun.training.classes_first import same_bits
 from fedrun.training.dropout import DropoutSeeds
 from fedrun.training.flat_model import FlatModel
@@ -193,6 +194,17 @@ def test_fitted_chunks_only_where_the_kernels_give_the_same_bits_at_any_size():
         pytest.skip("this CPU's kernels give the logistic model other bits in calls of other sizes: fixed chunks")
     assert chunks.fitted and [rows for rows, _ in chunks.groups(100)] == [104]
     assert [rows for rows, _ in chunks.groups(300)] == [128, 128, 48]
+
+
+def test_fitted_chunks_of_large_examples_keep_the_fixed_chunks_size(monkeypatch):
+    """Where a call of 128 clients would gather more than FITTED_BYTES of examples (large inputs, long batches),
+    fitted chunks keep the fixed chunks' 64 rows: the memory of a call does not grow, its last call is fitted."""
+    monkeypatch.setattr(gradients, "FITTED_BYTES", 1000)
+    batches = probe_batches(torch.randn(600, 16), torch.randint(0, 10, (600,)))
+    chunks = fitted_chunks(FlatModel(Logistic(16, 10)), cross_entropy, batches, Chunks.of(64, 170))
+    if chunks is None:
+        pytest.skip("this CPU's kernels give the logistic model other bits in calls of other sizes: fixed chunks")
+    assert chunks.fitted and chunks.groups(100) == [(64, 63), (40, 37)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])

@@ -40,6 +40,8 @@ LARGE = 1 << 20  # parameters above which a model is large (memory: a solver hol
 PLACED = 16  # numbers of clients whose chunk rows Chunks.placed keeps
 TAIL = 64  # elements of padding that end every chunk: more than a vectorized loop's scalar remainder
 FITTED_CHUNK = 128  # rows per call of fitted chunks (a CPU, a written-out gradient): W2's 100 clients in one call
+FITTED_BYTES = 64 << 20  # a call's gathered examples up to which fitted chunks take FITTED_CHUNK rows (else the
+# fixed chunks' rows: logistic regression on CIFAR-sized inputs, 50 a step, would gather 79 MB a call of 128)
 FIT = 8  # rows to which a fitted chunk's last call is rounded up (fewer distinct shapes)
 Oracle = Callable[[Tensor, slice, int], tuple[Tensor, Tensor]]  # (x of rows, rows, step) -> (g, loss)
 
@@ -284,20 +286,23 @@ def chunked_oracle(model: FlatModel, loss_fn: LossFn, batches: Batches, chunks: 
 
 
 def fitted_chunks(model: FlatModel, loss_fn: LossFn, batches: Batches, fixed: Chunks) -> Chunks | None:
-    """Fitted chunks of :data:`FITTED_CHUNK` rows for this model on this machine, or None (keep ``fixed``).
+    """Fitted chunks of :data:`FITTED_CHUNK` rows (``fixed``'s where a call's examples would exceed
+    :data:`FITTED_BYTES`) for this model on this machine, or None (keep ``fixed``).
 
     Only a model with a written-out gradient (:func:`written_out_gradient`: per-client batched products and
     per-row losses, with no vmap or convolution whose algorithm follows the batch) on a CPU qualifies, and only
     if this machine's kernels show it: probe clients drawn from ``batches``' examples (some short, one empty)
-    get every bit of their gradients and losses in a call of each size a fitted chunk can take (:data:`FIT` to
-    :data:`FITTED_CHUNK` rows) equal to those of the ``fixed`` chunks' calls. Those bits are the fixed chunks'
+    get every bit of their gradients and losses in a call of each size a fitted chunk can take (:data:`FIT`
+    rows up to the chunk's) equal to those of the ``fixed`` chunks' calls. Those bits are the fixed chunks'
     bits, so a rank whose kernels fail the check keeps fixed chunks and the run keeps its bits on any number of
     ranks. Checked once per strategy (about 20 calls, a few milliseconds for W2)."""
     gradient = written_out_gradient(model, loss_fn)
     if (gradient is None or batches.x.device.type != "cpu" or not batches.x.is_floating_point()
             or model.dim > LARGE or not len(batches.x)):
         return None
-    fitted = Chunks.of(FITTED_CHUNK, model.dim, fitted=True)
+    example_bytes = batches.x[0].numel() * batches.x.element_size()
+    size = FITTED_CHUNK if FITTED_CHUNK * batches.slots * example_bytes <= FITTED_BYTES else fixed.size
+    fitted = Chunks.of(size, model.dim, fitted=True)
     clients, slots = fitted.real, batches.slots
     gen = torch.Generator().manual_seed(0)
     index = torch.randint(0, len(batches.x), (clients, slots), generator=gen)
