@@ -101,7 +101,7 @@ def _stream(world: World, file: _RootFile, group: str, part: StreamingStateful, 
         sink = None if file.writer is None else file.attempt(
             EntryWriter, file.writer, f"{group}/{name}", sum(count for _, count in spans), row_shape,
             torch.empty(0, dtype=empty.dtype).numpy().dtype, increment=increment, fill=fill)
-        block = max(1, BLOCK_BYTES // max(1, int(np.prod(row_shape, dtype=np.int64)) * empty.element_size()))
+        block = _rows_per_block(empty)
         for rank in sorted(range(world.size), key=lambda r: spans[r][0]):
             first, count = spans[rank]
             for lo in range(0, count, block):
@@ -124,6 +124,12 @@ def _stream(world: World, file: _RootFile, group: str, part: StreamingStateful, 
             file.attempt(sink.finish)
 
 
+def _rows_per_block(empty: torch.Tensor) -> int:
+    """Rows of a table in about ``BLOCK_BYTES``, from its empty ``[0, *row_shape]`` tensor (at least one)."""
+    row_bytes = max(1, int(np.prod(empty.shape[1:], dtype=np.int64)) * empty.element_size())
+    return max(1, BLOCK_BYTES // row_bytes)
+
+
 def load_parts(chain: Chain, parts: dict[str, Part]) -> None:
     """Load every part from ``chain`` (each read verifies its checksum): a :class:`Stateful` part from its group
     of the newest link, a :class:`StreamingStateful` part's rows of this rank's span from the newest link
@@ -143,9 +149,7 @@ def load_parts(chain: Chain, parts: dict[str, Part]) -> None:
 def _load_tables(chain: Chain, group: str, part: StreamingStateful) -> None:
     first, stop = part.span
     for name in part.tables():
-        empty = part.rows(name, np.arange(0))
-        row_bytes = max(1, int(np.prod(empty.shape[1:], dtype=np.int64)) * empty.element_size())
-        for lo, hi in chain.windows(f"{group}/{name}", first, stop, max(1, BLOCK_BYTES // row_bytes)):
+        for lo, hi in chain.windows(f"{group}/{name}", first, stop, _rows_per_block(part.rows(name, np.arange(0)))):
             rows = part.rows(name, np.arange(lo - first, hi - first)).cpu().numpy().copy()
             chain.overlay(f"{group}/{name}", lo, hi, rows)  # verifies what it reads
             part.load(name, lo - first, rows)

@@ -112,6 +112,7 @@ class Exchange:
         self.up_floats = decl.floats(decl.up, dim)
         self.down_floats = decl.floats(tuple(down_entries), dim)
         self.down_buf = self.down_layout.empty(dtype, world.device)
+        self._element_size = self.down_buf.element_size()  # bytes of the run's dtype
         self._down_extras = frozenset(name for name, _ in _DOWN_EXTRAS)
         self._extras_span = slice(self.down_layout.slices[_DOWN_EXTRAS[0][0]].start, self.down_layout.numel)
         self._down = self.down_layout.unpack(self.down_buf, self.down_scalars)  # views, valid as long as the buffer
@@ -184,7 +185,7 @@ class Exchange:
         rows = [] if uploads is None else [uploads[name].reshape(len(losses), -1) for name in self._summed_names]
         rows = [*rows, losses.reshape(-1, 1)] if losses is not None else []
         numel = self.exact_layout.numel
-        if not self.gathered and world.size * (n * numel + 2 * (2 + world.size)) * 8 <= GATHER_BYTES:
+        if not self.gathered and world.size * self._gathered_numel(n) * self._element_size <= GATHER_BYTES:
             return self._summed_on_root(n, torch.cat(rows, dim=1) if rows else None, uplink)
         spans = list(self.exact_layout.slices.values())
         if len(rows) == len(spans) and len(losses) * numel <= exact_sum.CHUNK:
@@ -235,7 +236,7 @@ class Exchange:
             up = self._exact_sums(block if block is not None else empty, n)
             return Totals(up=up, loss=float(up.pop("_loss")), nonfinite=uplink.nonfinite,
                           bad_client=uplink.bad_client if uplink.nonfinite else -1, signal=uplink.stop_requested)
-        buf = torch.zeros(n * numel + 2 * (2 + world.size), dtype=self.dtype, device=world.device)
+        buf = torch.zeros(self._gathered_numel(n), dtype=self.dtype, device=world.device)
         rows, counts = buf[:n * numel].view(n, numel), buf[n * numel:].view(2 + world.size, 2)
         if block is not None and len(block):
             rows.index_copy_(0, torch.as_tensor(uplink.slots, device=world.device), block)
@@ -247,6 +248,11 @@ class Exchange:
         if not world.is_root:
             return None
         return totals(self._exact_sums(rows, n), joined(counts))
+
+    def _gathered_numel(self, n: int) -> int:
+        """The buffer of :meth:`_summed_on_root` for ``n`` consumed clients: their rows, then the runtime counts
+        (the non-finite uploads, the stop requests, each rank's smallest bad client id + 1) as split pairs."""
+        return n * self.exact_layout.numel + 2 * (2 + self.world.size)
 
     def _exact_sums(self, rows: Tensor, n: int) -> dict[str, Tensor]:
         """The summed entries (and ``_loss``) of a step of ``n`` uploads from all of its rows ``rows``

@@ -88,7 +88,8 @@ class Batched(LocalStrategy):
 
     def __init__(self, model: FlatModel, loss_fn: LossFn, device: torch.device) -> None:
         super().__init__(model, loss_fn, device)
-        self.chunks = Chunks.of(chunk_size(device, model.dim), model.dim)  # the same shapes on every rank
+        # fixed chunks: the same shapes on every rank; fitted on the first oracle's examples where exact
+        self.chunks = Chunks.of(chunk_size(device, model.dim), model.dim)
         self.fitting_checked = False
 
     def oracle(self, batches: Batches, seeds: DropoutSeeds | None = None) -> Oracle:
